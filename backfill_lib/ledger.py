@@ -1,0 +1,201 @@
+"""The ledger: run, partition and check records in Delta tables beside the data.
+
+Every table is append-only: a state change is a new event row, and the latest event (by ``seq``, nanoseconds
+since the epoch at the writer) wins. Blind appends never conflict with each other in Delta, so parallel batches
+and resumed runs can record freely, and writing the same event twice changes no state.
+
+Tables, in ``settings.ledger_schema``:
+
+- ``runs``: run_id, seq, event_at (UTC), status, request_name, target_table, owner, reason, strategy,
+  staging_table, target_version_seen, pre_publish_version, published_version, message, plan_json.
+- ``partitions``: run_id, seq, event_at, partition (Delta partition value), batch, status, rows, attempt,
+  started_at, ended_at (UTC), message.
+- ``checks``: run_id, seq, event_at, batch, partition, kind (``expectation``, ``reconciliation``,
+  ``post_publish``), name, success, observed, expected, message.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from backfill_lib.errors import RunNotFoundError
+
+RUNS_SCHEMA = StructType(
+    [
+        StructField("run_id", StringType(), False),
+        StructField("seq", LongType(), False),
+        StructField("event_at", TimestampType(), False),
+        StructField("status", StringType(), False),
+        StructField("request_name", StringType()),
+        StructField("target_table", StringType()),
+        StructField("owner", StringType()),
+        StructField("reason", StringType()),
+        StructField("strategy", StringType()),
+        StructField("staging_table", StringType()),
+        StructField("target_version_seen", LongType()),
+        StructField("pre_publish_version", LongType()),
+        StructField("published_version", LongType()),
+        StructField("message", StringType()),
+        StructField("plan_json", StringType()),
+    ]
+)
+
+PARTITIONS_SCHEMA = StructType(
+    [
+        StructField("run_id", StringType(), False),
+        StructField("seq", LongType(), False),
+        StructField("event_at", TimestampType(), False),
+        StructField("partition", StringType(), False),
+        StructField("batch", IntegerType()),
+        StructField("status", StringType(), False),
+        StructField("rows", LongType()),
+        StructField("attempt", IntegerType()),
+        StructField("started_at", TimestampType()),
+        StructField("ended_at", TimestampType()),
+        StructField("message", StringType()),
+    ]
+)
+
+CHECKS_SCHEMA = StructType(
+    [
+        StructField("run_id", StringType(), False),
+        StructField("seq", LongType(), False),
+        StructField("event_at", TimestampType(), False),
+        StructField("batch", IntegerType()),
+        StructField("partition", StringType()),
+        StructField("kind", StringType(), False),
+        StructField("name", StringType(), False),
+        StructField("success", BooleanType(), False),
+        StructField("observed", StringType()),
+        StructField("expected", StringType()),
+        StructField("message", StringType()),
+    ]
+)
+
+_SCHEMAS = {"runs": RUNS_SCHEMA, "partitions": PARTITIONS_SCHEMA, "checks": CHECKS_SCHEMA}
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one check on one partition (or on a batch when ``partition`` is ``None``)."""
+
+    kind: str
+    name: str
+    success: bool
+    partition: str | None = None
+    batch: int | None = None
+    observed: str | None = None
+    expected: str | None = None
+    message: str | None = None
+
+    def describe(self) -> str:
+        where = f"partition {self.partition}" if self.partition else f"batch {self.batch}"
+        detail = self.message or f"observed {self.observed}, expected {self.expected}"
+        return f"{self.kind} {self.name} failed on {where}: {detail}"
+
+
+def _now() -> datetime:
+    # Spark stores a naive TimestampType value as local session time; hand it an aware UTC instant.
+    return datetime.now(timezone.utc)
+
+
+class Ledger:
+    """Reads and appends ledger records in ``schema`` (``spark_catalog`` unless the name says otherwise)."""
+
+    def __init__(self, spark: SparkSession, schema: str):
+        self.spark = spark
+        self.schema = schema
+
+    def table(self, name: str) -> str:
+        return f"{self.schema}.{name}"
+
+    def ensure(self) -> None:
+        """Create the ledger schema and tables when missing."""
+        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+        for name, schema in _SCHEMAS.items():
+            if not self.spark.catalog.tableExists(self.table(name)):
+                self.spark.createDataFrame([], schema).write.format("delta").mode("ignore").saveAsTable(
+                    self.table(name)
+                )
+
+    def _append(self, name: str, rows: list[dict]) -> None:
+        if not rows:
+            return
+        schema = _SCHEMAS[name]
+        stamp = _now()
+        base = time.time_ns()
+        records = [
+            tuple({**r, "seq": base + i, "event_at": stamp}.get(f.name) for f in schema.fields)
+            for i, r in enumerate(rows)
+        ]
+        self.spark.createDataFrame(records, schema).write.format("delta").mode("append").saveAsTable(self.table(name))
+
+    def record_run(self, run: dict, status: str, **changes) -> dict:
+        """Append a run event: the previous run record with ``changes`` and the new ``status``; return it."""
+        record = {**run, **changes, "status": status}
+        self._append("runs", [record])
+        return record
+
+    def record_partitions(self, run_id: str, rows: list[dict]) -> None:
+        """Append partition events; each dict has at least ``partition`` and ``status``."""
+        self._append("partitions", [{**r, "run_id": run_id} for r in rows])
+
+    def record_checks(self, run_id: str, checks: list[Check]) -> None:
+        self._append("checks", [{**c.__dict__, "run_id": run_id} for c in checks])
+
+    @staticmethod
+    def _latest(df: DataFrame, *keys: str) -> DataFrame:
+        w = Window.partitionBy(*keys).orderBy(F.col("seq").desc())
+        return df.withColumn("_n", F.row_number().over(w)).where("_n = 1").drop("_n")
+
+    def runs(self) -> DataFrame:
+        """The latest record of every run."""
+        return self._latest(self.spark.table(self.table("runs")), "run_id")
+
+    def run(self, run_id: str) -> dict:
+        """The latest record of ``run_id``; raises :class:`RunNotFoundError` when the ledger has none."""
+        rows = self.runs().where(F.col("run_id") == run_id).collect()
+        if not rows:
+            raise RunNotFoundError(f"run {run_id} not found in ledger {self.table('runs')}")
+        return rows[0].asDict()
+
+    def partitions(self, run_id: str) -> list[dict]:
+        """The latest record of every partition of ``run_id``, ordered by partition."""
+        df = self.spark.table(self.table("partitions")).where(F.col("run_id") == run_id)
+        return [r.asDict() for r in self._latest(df, "partition").orderBy("partition").collect()]
+
+    def checks(self, run_id: str) -> list[dict]:
+        """Every check recorded for ``run_id``, in the order written."""
+        df = self.spark.table(self.table("checks")).where(F.col("run_id") == run_id).orderBy("seq")
+        return [r.asDict() for r in df.collect()]
+
+
+def run_record(plan) -> dict:
+    """The fixed fields of a run's ledger record, from its plan."""
+    request = plan.request
+    return {
+        "run_id": plan.run_id,
+        "request_name": request.name,
+        "target_table": plan.target_table,
+        "owner": request.owner,
+        "reason": request.reason,
+        "strategy": request.strategy.value,
+        "staging_table": plan.staging_table,
+        "target_version_seen": plan.target_version,
+        "plan_json": json.dumps(plan.summary()),
+    }

@@ -1,0 +1,174 @@
+"""The plan: one frozen object, built without side effects, printed by the dry run and executed by the run.
+
+``build_plan(request, state, ...)`` decides which partitions are touched, how they are batched, where they are
+staged and what the target looked like (version, per-partition files, bytes and rows from the Delta log).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict, dataclass
+from datetime import date, datetime, timezone
+
+from backfill_lib.intake import check_request_against_table
+from backfill_lib.partitions import Partition, enumerate_partitions, partitions_predicate
+from backfill_lib.request import BackfillRequest
+from backfill_lib.tables import PartitionStats, TableState
+
+
+@dataclass(frozen=True)
+class PlannedPartition:
+    """A partition the plan touches and what the target holds in it now (from the Delta log)."""
+
+    partition: Partition
+    current: PartitionStats
+
+    @property
+    def key(self) -> str:
+        return self.partition.key
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Partitions staged together by one Spark job, contiguous and in order."""
+
+    index: int
+    partitions: tuple[PlannedPartition, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(p.key for p in self.partitions)
+
+    @property
+    def start(self) -> date | datetime:
+        return self.partitions[0].partition.start
+
+    @property
+    def end(self) -> date | datetime:
+        return self.partitions[-1].partition.end
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """Everything a run does, fixed before it starts.
+
+    ``range_start`` / ``range_end`` are the half-open bounds of the whole range; ``target_version`` is the
+    version of the target the plan read (the publish fence compares against it). Totals are in files, bytes and
+    rows of the target's current data in range.
+    """
+
+    run_id: str
+    planned_at: str
+    request: BackfillRequest
+    request_path: str
+    target_location: str
+    target_version: int
+    range_start: date | datetime
+    range_end: date | datetime
+    batches: tuple[Batch, ...]
+    staging_table: str
+
+    @property
+    def target_table(self) -> str:
+        return self.request.target.table
+
+    @property
+    def partition_column(self) -> str:
+        return self.request.target.partition_column
+
+    @property
+    def partitions(self) -> tuple[PlannedPartition, ...]:
+        return tuple(p for b in self.batches for p in b.partitions)
+
+    def predicate(self, partitions: list[Partition] | None = None) -> str:
+        """The SQL predicate of ``partitions`` (default: every planned partition) on the partition column."""
+        chosen = partitions if partitions is not None else [p.partition for p in self.partitions]
+        return partitions_predicate(self.partition_column, chosen)
+
+    def batch_predicate(self, batch: Batch) -> str:
+        return self.predicate([p.partition for p in batch.partitions])
+
+    @property
+    def total(self) -> PartitionStats:
+        """Sum of the target's files, bytes and rows over the planned partitions (rows ``None`` if unknown)."""
+        cur = [p.current for p in self.partitions]
+        rows = None if any(c.rows is None for c in cur) else sum(c.rows for c in cur)
+        return PartitionStats(sum(c.files for c in cur), sum(c.bytes for c in cur), rows)
+
+    def summary(self) -> dict:
+        """A JSON-ready summary stored in the ledger with the run."""
+        total = self.total
+        return {
+            "run_id": self.run_id,
+            "planned_at": self.planned_at,
+            "request": json.loads(self.request.model_dump_json()),
+            "request_path": self.request_path,
+            "target_version": self.target_version,
+            "range_start": str(self.range_start),
+            "range_end_exclusive": str(self.range_end),
+            "partitions": len(self.partitions),
+            "batches": [list(b.keys) for b in self.batches],
+            "staging_table": self.staging_table,
+            "current": asdict(total),
+        }
+
+
+def new_run_id(now: datetime) -> str:
+    """``bf_YYYYMMDD_HHMMSS_xxxxxx``: UTC time of planning plus 6 random hex digits; safe in table names."""
+    return f"bf_{now.astimezone(timezone.utc):%Y%m%d_%H%M%S}_{secrets.token_hex(3)}"
+
+
+def staging_table_name(target: str, staging_schema: str, run_id: str) -> str:
+    """``[catalog.]<staging_schema>.<schema>__<table>__<run_id>``: one staging table per target and run."""
+    parts = target.split(".")
+    catalog = parts[0] + "." if len(parts) == 3 else ""
+    flat = "__".join(parts[-2:])
+    return f"{catalog}{staging_schema}.{flat}__{run_id}"
+
+
+def build_plan(
+    request: BackfillRequest,
+    state: TableState,
+    *,
+    request_path: str,
+    staging_schema: str,
+    batch_size: int,
+    now: datetime,
+    run_id: str | None = None,
+) -> BackfillPlan:
+    """Build the frozen plan of ``request`` against the target's ``state``. Pure.
+
+    Parameters
+    ----------
+    batch_size:
+        Partitions per batch when the request does not set ``batch_size``.
+    now:
+        Captured once by the caller; the run ID and ``planned_at`` derive from it.
+
+    Raises
+    ------
+    IntakeError
+        When the request does not fit the table (see :func:`check_request_against_table`).
+    """
+    check_request_against_table(request, state)
+    start, end = request.bounds()
+    parts = enumerate_partitions(start, end, request.target.grain, request.time_zone)
+    planned = [PlannedPartition(p, state.partitions.get(p.key, PartitionStats())) for p in parts]
+    size = request.batch_size or batch_size
+    batches = tuple(
+        Batch(i, tuple(planned[j : j + size])) for i, j in enumerate(range(0, len(planned), size))
+    )
+    run_id = run_id or new_run_id(now)
+    return BackfillPlan(
+        run_id=run_id,
+        planned_at=now.astimezone(timezone.utc).isoformat(timespec="seconds"),
+        request=request,
+        request_path=request_path,
+        target_location=state.location,
+        target_version=state.version,
+        range_start=start,
+        range_end=end,
+        batches=batches,
+        staging_table=staging_table_name(request.target.table, staging_schema, run_id),
+    )

@@ -1,0 +1,179 @@
+"""The backfill request: a frozen model loaded from ``conf/backfills/NAME.yml``.
+
+A request says what to backfill (target table, partition column, grain, inclusive date range, time zone), how
+(strategy, source SQL, keys, expectation suite, reconciliation rules) and who asks and why (owner, reason).
+Relative paths inside a request resolve against the working directory (the project root).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from datetime import date
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from backfill_lib.errors import PartitionError, RequestError
+from backfill_lib.partitions import Grain, half_open, zone
+
+_TABLE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){0,2}$")
+
+
+class Strategy(str, enum.Enum):
+    """How the target is rewritten.
+
+    ``recompute`` re-derives the rows of each partition in range and replaces exactly those partitions.
+    """
+
+    RECOMPUTE = "recompute"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Target(_Frozen):
+    """The Delta table to backfill: catalog name ``[catalog.]schema.table``, partition column and grain."""
+
+    table: str
+    partition_column: str
+    grain: Grain = Grain.DAY
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        if not _TABLE_NAME.match(value):
+            raise ValueError(f"'{value}' is not a table name of the form [catalog.]schema.table")
+        return value
+
+
+class DateRange(_Frozen):
+    """Inclusive local dates as the user writes them; see :func:`backfill_lib.partitions.half_open`."""
+
+    start: date
+    end: date
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "DateRange":
+        if self.end < self.start:
+            raise ValueError(f"end {self.end.isoformat()} is before start {self.start.isoformat()}")
+        return self
+
+
+class Source(_Frozen):
+    """Where the corrected rows come from: a SQL file run with ``:range_start`` and ``:range_end`` bound.
+
+    The two parameters are the half-open bounds of the partitions being staged (``DATE`` for day and month
+    grains, ``TIMESTAMP`` for hours): the SQL must return rows with ``range_start <= partition < range_end``.
+    """
+
+    sql: Path
+
+
+class SourceMetric(_Frozen):
+    """A metric computed on a source table per partition, for reconciliation."""
+
+    table: str
+    partition_column: str
+    metric: str
+
+
+class ReconciliationRule(_Frozen):
+    """``metric`` on the staged rows must equal ``source.metric`` per partition, within ``tolerance``.
+
+    Both metrics are SQL aggregate expressions (for example ``sum(flights)`` and ``count(*)``); values are
+    compared exactly as integers or decimals, never through floating point.
+    """
+
+    name: str
+    metric: str
+    source: SourceMetric
+    tolerance: float = Field(default=0, ge=0)
+
+
+class BackfillRequest(_Frozen):
+    """A checked backfill request. See ``conf/backfills/fix_daily_route_delays.yml`` for a full example."""
+
+    name: str
+    owner: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    target: Target
+    range: DateRange
+    time_zone: str = "UTC"
+    strategy: Strategy
+    source: Source
+    keys: tuple[str, ...] = Field(min_length=1)
+    expectations: Path | None = None
+    reconciliation: tuple[ReconciliationRule, ...] = ()
+    batch_size: int | None = Field(default=None, ge=1)
+
+    @field_validator("owner", "reason")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value.strip()
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            zone(value)
+        except PartitionError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
+    @model_validator(mode="after")
+    def _range_fits_grain(self) -> "BackfillRequest":
+        try:
+            half_open(self.range.start, self.range.end, self.target.grain, self.time_zone)
+        except PartitionError as exc:
+            raise ValueError(f"range: {exc}") from exc
+        return self
+
+    def bounds(self):
+        """The half-open ``[start, end)`` of the request's range at its grain."""
+        return half_open(self.range.start, self.range.end, self.target.grain, self.time_zone)
+
+
+def _field_of(err: dict) -> str:
+    return ".".join(str(p) for p in err["loc"])
+
+
+def load_request(path: str | Path) -> BackfillRequest:
+    """Load and check a request file.
+
+    The request's ``name`` defaults to the file's stem. Files it names (source SQL, expectation suite) must
+    exist.
+
+    Raises
+    ------
+    RequestError
+        When the file is missing or not YAML, a field is missing or invalid (the message names the file and
+        the field), or a file the request names does not exist.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise RequestError(f"{path}: request file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise RequestError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(data, dict):
+        raise RequestError(f"{path}: expected a mapping of request fields, got {type(data).__name__}")
+    data.setdefault("name", path.stem)
+    try:
+        request = BackfillRequest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "enum":
+            msg = f"{msg}, got '{err['input']}'"
+        field = _field_of(err) or "range"
+        raise RequestError(f"{path}: field '{field}': {msg.removeprefix('range: ')}") from exc
+    for field, file in (("source.sql", request.source.sql), ("expectations", request.expectations)):
+        if file is not None and not Path(file).is_file():
+            raise RequestError(f"{path}: field '{field}': file {file} not found")
+    return request

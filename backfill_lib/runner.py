@@ -1,0 +1,210 @@
+"""The runner: executes a plan through run (staging), validate and publish, recording each step in the ledger.
+
+The stages never go back: staging writes only the staging table; validation only reads; publishing is the
+first and only write to the target, one commit, after every gate passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from rich.console import Console
+
+from backfill_lib.errors import BackfillError, GateFailedError, PublishError
+from backfill_lib.ledger import Check, Ledger, run_record
+from backfill_lib.plan import BackfillPlan, Batch, build_plan
+from backfill_lib.progress import Reporter
+from backfill_lib.publish import publish_recompute, restore, verify_published
+from backfill_lib.reconcile import reconcile_batch
+from backfill_lib.request import load_request
+from backfill_lib.schema_guard import ColumnCast, align
+from backfill_lib.settings import Settings
+from backfill_lib.sources import source_frame
+from backfill_lib.staging import aligned, ensure_staging_table, stage_batch
+from backfill_lib.tables import Column, TableState, read_table_state
+from backfill_lib.validation import SuiteRunner, load_suite
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run did: its final status, the versions it saw and wrote, and every check it made."""
+
+    plan: BackfillPlan
+    status: str
+    rows: dict[str, int] = field(default_factory=dict)
+    checks: tuple[Check, ...] = ()
+    pre_publish_version: int | None = None
+    published_version: int | None = None
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.success)
+
+
+def _utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def prepare(spark: SparkSession, settings: Settings, request_path: str | Path) -> tuple[BackfillPlan, TableState]:
+    """Intake and plan: load the request, read the target's state from Delta, build the frozen plan."""
+    request = load_request(request_path)
+    state = read_table_state(spark, request.target.table)
+    plan = build_plan(
+        request,
+        state,
+        request_path=str(request_path),
+        staging_schema=settings.staging_schema,
+        batch_size=settings.batch_size,
+        now=_utc(),
+    )
+    return plan, state
+
+
+def check_source_schema(spark: SparkSession, plan: BackfillPlan, state: TableState) -> tuple[ColumnCast, ...]:
+    """Intake against the live source: analyse the source SQL for the first batch and align it to the target."""
+    first = plan.batches[0]
+    schema = source_frame(spark, plan.request, first.start, first.end).schema
+    columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
+    return align(columns, state.columns, str(plan.request.source.sql))
+
+
+def _suite_parameters(plan: BackfillPlan, batch: Batch) -> dict[str, object]:
+    parts = plan.partitions
+    return {
+        "run_id": plan.run_id,
+        "range_start": parts[0].partition.start,
+        "range_last": parts[-1].partition.start,
+        "batch_start": batch.partitions[0].partition.start,
+        "batch_last": batch.partitions[-1].partition.start,
+    }
+
+
+class Runner:
+    """Runs plans on one SparkSession, recording in one ledger, reporting through one console."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, console: Console):
+        self.spark = spark
+        self.settings = settings
+        self.console = console
+        self.ledger = Ledger(spark, settings.ledger_schema)
+
+    def run(self, plan: BackfillPlan, state: TableState) -> RunResult:
+        """Stage, validate and publish ``plan``.
+
+        Raises
+        ------
+        GateFailedError
+            When an expectation or reconciliation fails; the target is untouched.
+        PublishError, FenceError
+            When publishing is refused or its post-publish check fails (the target is then restored).
+        BackfillError
+            Any other intake or staging error; the run is recorded ``failed`` with the message.
+        """
+        reporter = Reporter(self.console, plan.run_id)
+        self.ledger.ensure()
+        record = self.ledger.record_run(run_record(plan), "planned")
+        try:
+            casts = check_source_schema(self.spark, plan, state)
+            suite = load_suite(plan.request.expectations) if plan.request.expectations else None
+            record = self.ledger.record_run(record, "staging")
+            rows = self._stage(plan, state, casts, reporter)
+            record = self.ledger.record_run(record, "staged")
+            checks = self._validate(plan, suite, reporter)
+            failures = [c for c in checks if not c.success]
+            if failures:
+                self._fail_gate(plan, record, failures)
+            record = self.ledger.record_run(record, "validated")
+            reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table}")
+            pre, version = publish_recompute(self.spark, plan)
+            record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version)
+            post = verify_published(self.spark, plan, version)
+            self.ledger.record_checks(plan.run_id, post)
+            bad = [c for c in post if not c.success]
+            if bad:
+                restored = restore(self.spark, plan, plan.target_table, pre)
+                message = f"post-publish check failed, restored version {pre} as version {restored}: {bad[0].describe()}"
+                self.ledger.record_run(record, "rolled_back", message=message)
+                raise PublishError(f"table {plan.target_table}: {message}")
+            self.ledger.record_partitions(
+                plan.run_id,
+                [{"partition": p.key, "status": "published", "rows": rows.get(p.key), "ended_at": _utc()} for p in plan.partitions],
+            )
+            self.ledger.record_run(record, "published")
+            reporter.stage(f"published {plan.target_table} version {version} (was {pre})")
+            return RunResult(plan, "published", rows, tuple(checks + post), pre, version)
+        except GateFailedError:
+            raise
+        except BackfillError as exc:
+            self.ledger.record_run(record, "failed", message=str(exc))
+            raise
+
+    def _stage(self, plan: BackfillPlan, state: TableState, casts, reporter: Reporter) -> dict[str, int]:
+        ensure_staging_table(self.spark, plan, state.columns)
+        rows: dict[str, int] = {}
+        reporter.start_partitions(len(plan.partitions), "staging")
+        try:
+            for batch in plan.batches:
+                started = _utc()
+                self.ledger.record_partitions(
+                    plan.run_id,
+                    [{"partition": k, "batch": batch.index, "status": "staging", "attempt": 1, "started_at": started} for k in batch.keys],
+                )
+                df = aligned(source_frame(self.spark, plan.request, batch.start, batch.end), casts)
+                try:
+                    staged = stage_batch(self.spark, plan, batch, df)
+                except BackfillError as exc:
+                    self.ledger.record_partitions(
+                        plan.run_id,
+                        [{"partition": k, "batch": batch.index, "status": "failed", "message": str(exc)} for k in batch.keys],
+                    )
+                    raise
+                ended = _utc()
+                self.ledger.record_partitions(
+                    plan.run_id,
+                    [
+                        {"partition": k, "batch": batch.index, "status": "staged", "rows": n, "attempt": 1,
+                         "started_at": started, "ended_at": ended}
+                        for k, n in staged.items()
+                    ],
+                )
+                rows.update(staged)
+                reporter.advance(len(batch.keys), sum(staged.values()), f"staged batch {batch.index}")
+        finally:
+            reporter.stop_partitions()
+        return rows
+
+    def _validate(self, plan: BackfillPlan, suite, reporter: Reporter) -> list[Check]:
+        runner = SuiteRunner(suite, plan.partition_column) if suite else None
+        checks: list[Check] = []
+        for batch in plan.batches:
+            staged = self.spark.table(plan.staging_table).where(plan.batch_predicate(batch))
+            if runner:
+                checks += runner.validate(staged, _suite_parameters(plan, batch), batch.index)
+            for rule in plan.request.reconciliation:
+                checks += reconcile_batch(self.spark, plan, batch, rule)
+        self.ledger.record_checks(plan.run_id, checks)
+        passed = sum(c.success for c in checks)
+        reporter.stage(f"validated: {passed} of {len(checks)} checks passed")
+        return checks
+
+    def _fail_gate(self, plan: BackfillPlan, record: dict, failures: list[Check]) -> None:
+        by_partition: dict[str, list[Check]] = {}
+        for c in failures:
+            by_partition.setdefault(c.partition or f"batch {c.batch}", []).append(c)
+        keys = {p.key for p in plan.partitions}
+        self.ledger.record_partitions(
+            plan.run_id,
+            [
+                {"partition": k, "status": "failed", "message": "; ".join(c.describe() for c in cs)}
+                for k, cs in by_partition.items()
+                if k in keys
+            ],
+        )
+        message = f"{len(failures)} failed checks on {len(by_partition)} partitions; first: {failures[0].describe()}"
+        self.ledger.record_run(record, "failed", message=message)
+        raise GateFailedError(
+            f"validation gate failed for {plan.target_table}, nothing published: {message}", failures=tuple(failures)
+        )

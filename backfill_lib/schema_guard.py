@@ -1,0 +1,79 @@
+"""Pure schema compatibility: may the rows a source produces be written into the target as they are?
+
+Allowed without asking: identical columns, and integer or decimal widening (the value is cast explicitly to the
+target's type, which loses nothing). Everything else is an error naming the column and both types: a missing
+column, a new column, a narrowing or a change of kind (for example ``int`` to ``string``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from backfill_lib.errors import SchemaMismatchError
+from backfill_lib.tables import Column
+
+_INTEGER_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
+_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
+
+
+def is_widening(source: str, target: str) -> bool:
+    """True when every ``source`` value fits ``target`` exactly (integer to wider integer, decimal to wider)."""
+    if source in _INTEGER_RANK and target in _INTEGER_RANK:
+        return _INTEGER_RANK[source] <= _INTEGER_RANK[target]
+    s, t = _DECIMAL.match(source), _DECIMAL.match(target)
+    if s and t:
+        (sp, ss), (tp, ts) = map(int, s.groups()), map(int, t.groups())
+        return ss <= ts and sp - ss <= tp - ts
+    if source in _INTEGER_RANK and t:
+        digits = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19}[source]
+        tp, ts = map(int, t.groups())
+        return tp - ts >= digits
+    return False
+
+
+@dataclass(frozen=True)
+class ColumnCast:
+    """How one target column is filled from the source: the source column, cast to ``type`` when widened."""
+
+    name: str
+    type: str
+    cast: bool
+
+
+def align(source: tuple[Column, ...], target: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
+    """Map the source's columns onto the target's, in the target's order.
+
+    Parameters
+    ----------
+    source, target:
+        Column lists (names are matched case-sensitively).
+    where:
+        Names the source in error messages (a SQL file path).
+
+    Raises
+    ------
+    SchemaMismatchError
+        On a missing or extra column, or a type change that is not a widening; the message names the column
+        and both types.
+    """
+    by_name = {c.name: c for c in source}
+    target_names = {c.name for c in target}
+    extra = [c for c in source if c.name not in target_names]
+    if extra:
+        c = extra[0]
+        raise SchemaMismatchError(f"{where}: column {c.name} ({c.type}) is not in the target")
+    out = []
+    for col in target:
+        src = by_name.get(col.name)
+        if src is None:
+            raise SchemaMismatchError(f"{where}: target column {col.name} ({col.type}) is missing from the source")
+        if src.type == col.type:
+            out.append(ColumnCast(col.name, col.type, False))
+        elif is_widening(src.type, col.type):
+            out.append(ColumnCast(col.name, col.type, True))
+        else:
+            raise SchemaMismatchError(
+                f"{where}: column {col.name} is {src.type} in the source but {col.type} in the target"
+            )
+    return tuple(out)

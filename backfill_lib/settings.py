@@ -1,0 +1,114 @@
+"""Settings: where the embedded default keeps its files, the session time zone, schema names, Spark options.
+
+Loaded from ``conf/settings.yml`` (or the file named by ``--settings`` / ``BACKFILL_SETTINGS``). The
+local folder can be moved with ``BACKFILL_HOME`` and the local master with ``BACKFILL_SPARK_MASTER``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from backfill_lib.errors import ConfigError
+
+DEFAULT_SETTINGS_PATH = Path("conf/settings.yml")
+HOME_ENV = "BACKFILL_HOME"
+SETTINGS_ENV = "BACKFILL_SETTINGS"
+MASTER_ENV = "BACKFILL_SPARK_MASTER"
+
+
+class SparkSettings(BaseModel):
+    """How the local embedded session is built; ignored on clusters, where the active session is reused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    master: str = "local[*]"
+    app_name: str = "delta-backfill"
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _stringify(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+        return value
+
+
+class Settings(BaseModel):
+    """Project settings.
+
+    Attributes
+    ----------
+    home:
+        The one project-local folder of the embedded default: ``warehouse/`` (Delta tables),
+        ``metastore_db/`` (embedded Derby metastore) and ``runs/`` (per-run reports) live under it.
+        Relative paths resolve against the working directory.
+    time_zone:
+        IANA zone pinned as ``spark.sql.session.timeZone``; the default zone of requests.
+    staging_schema, ledger_schema:
+        Catalog schemas (databases) holding staging tables and the ledger tables.
+    batch_size:
+        Default number of partitions staged by one Spark job.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    home: Path = Path(".backfill")
+    time_zone: str = "UTC"
+    staging_schema: str = "backfill_staging"
+    ledger_schema: str = "backfill_ledger"
+    batch_size: int = Field(default=31, ge=1)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+
+    @property
+    def warehouse_dir(self) -> Path:
+        return self.home.resolve() / "warehouse"
+
+    @property
+    def metastore_dir(self) -> Path:
+        return self.home.resolve() / "metastore_db"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home.resolve() / "runs"
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    """Load settings, then apply the environment overrides.
+
+    Parameters
+    ----------
+    path:
+        The YAML file. ``None`` means ``$BACKFILL_SETTINGS`` if set, else ``conf/settings.yml`` if it exists,
+        else the built-in defaults of :class:`Settings`.
+
+    Raises
+    ------
+    ConfigError
+        When a named file is missing, is not YAML, or has a bad field (the message names file and field).
+    """
+    explicit = path is not None or SETTINGS_ENV in os.environ
+    chosen = Path(path or os.environ.get(SETTINGS_ENV) or DEFAULT_SETTINGS_PATH)
+    data: dict = {}
+    if chosen.exists():
+        try:
+            data = yaml.safe_load(chosen.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{chosen}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{chosen}: expected a mapping of settings, got {type(data).__name__}")
+    elif explicit:
+        raise ConfigError(f"{chosen}: settings file not found")
+    if HOME_ENV in os.environ:
+        data = {**data, "home": os.environ[HOME_ENV]}
+    if MASTER_ENV in os.environ:
+        data = {**data, "spark": {**(data.get("spark") or {}), "master": os.environ[MASTER_ENV]}}
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{chosen}: field '{field}': {err['msg']}") from exc

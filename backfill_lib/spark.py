@@ -1,0 +1,108 @@
+"""The SparkSession: reuse the cluster's, or build the embedded local default.
+
+On a cluster (``spark-submit``, a Databricks job, an EMR step) the session the platform configured is reused
+and only the session time zone is pinned. Locally, a session is built with Delta configured
+(``delta.configure_spark_with_delta_pip`` adds ``io.delta:delta-spark_4.1_2.13`` to ``spark.jars.packages``;
+the jars come from Maven Central on first start and from the Ivy cache afterwards), a warehouse and an
+embedded Derby metastore under :attr:`Settings.home`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from pyspark.sql import SparkSession
+
+from backfill_lib.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def _launched_by_spark_submit() -> bool:
+    # spark-submit starts the JVM first and hands Python the gateway port; pyspark itself reads this variable.
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def get_spark(settings: Settings) -> SparkSession:
+    """Return the session to run on, building the local default if there is none.
+
+    The session time zone is set to ``settings.time_zone`` in every mode, because partition dates of
+    timestamps depend on it.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        spark = active
+    elif _launched_by_spark_submit():
+        spark = SparkSession.builder.appName(settings.spark.app_name).getOrCreate()
+    else:
+        spark = build_local_session(settings)
+    spark.conf.set("spark.sql.session.timeZone", settings.time_zone)
+    # Delta's SQL parser drops named parameters under Spark 4.1 (delta-io/delta#7640, apache/spark#55392), so
+    # `:range_start` in a source SQL would stay unbound; the legacy substitution binds them before parsing.
+    spark.conf.set("spark.sql.legacy.parameterSubstitution.constantsOnly", "true")
+    return spark
+
+
+# Spark's defaults with WARN as the floor, and two loggers that report harmless internals as ERROR: the Hive
+# metastore cannot store a Delta table's schema in Hive format (Delta keeps it in its log), and Delta logs a
+# replaceWhere mismatch that we turn into one clear error.
+LOG4J2_PROPERTIES = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.hivealter.name = org.apache.hadoop.hive.metastore.HiveAlterHandler
+logger.hivealter.level = off
+logger.hiveexternal.name = org.apache.spark.sql.hive.HiveExternalCatalog
+logger.hiveexternal.level = error
+logger.utils.name = org.apache.spark.util.Utils
+logger.utils.level = error
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = off
+logger.tasksetmanager.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasksetmanager.level = off
+logger.deltawriter.name = org.apache.spark.sql.delta.files.DeltaFileFormatWriter
+logger.deltawriter.level = off
+logger.fileformatwriter.name = org.apache.spark.sql.execution.datasources.FileFormatWriter
+logger.fileformatwriter.level = off
+"""
+
+
+def build_local_session(settings: Settings) -> SparkSession:
+    """Build the embedded default: local master, Delta, warehouse and Derby metastore under ``settings.home``."""
+    from delta import configure_spark_with_delta_pip
+
+    settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
+    home = settings.home.resolve()
+    log4j = home / "log4j2.properties"
+    log4j.write_text(LOG4J2_PROPERTIES)
+    builder = (
+        SparkSession.builder.master(settings.spark.master)
+        .appName(settings.spark.app_name)
+        .config("spark.sql.extensions", DELTA_EXTENSION)
+        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+        .config("spark.sql.warehouse.dir", str(settings.warehouse_dir))
+        .config("spark.sql.session.timeZone", settings.time_zone)
+        .config(
+            "spark.hadoop.javax.jdo.option.ConnectionURL",
+            f"jdbc:derby:;databaseName={settings.metastore_dir};create=true",
+        )
+        # Derby writes derby.log into its system home; keep it inside the project folder, not the cwd.
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={home} -Dlog4j.configurationFile={log4j}")
+        .enableHiveSupport()
+    )
+    for key, value in settings.spark.options.items():
+        builder = builder.config(key, value)
+    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    log.info("local Spark %s on %s, warehouse %s", spark.version, settings.spark.master, settings.warehouse_dir)
+    return spark

@@ -1,0 +1,142 @@
+"""Great Expectations validation of staged rows.
+
+A suite is a GX 1.x JSON file (``{"name": ..., "expectations": [{"type": ..., "kwargs": {...}}]}``) in
+``expectations/``. Values that come from the run are suite parameters (``{"$PARAMETER": "range_start"}``)
+filled at run time: ``range_start`` and ``range_last`` (first and last partition of the run, inclusive),
+``batch_start`` and ``batch_last`` (the same for the batch validated) and ``run_id``.
+
+Validation runs on a Spark dataframe asset of an ephemeral GX context, one batch of partitions at a time. A
+failed expectation names the partitions of its unexpected rows (GX's ``unexpected_index_list`` with the
+partition column as index). An expectation that raised inside GX is a failure, never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from backfill_lib.errors import SuiteError
+from backfill_lib.ledger import Check
+
+
+@dataclass(frozen=True)
+class LoadedSuite:
+    """A GX ``ExpectationSuite`` and the path it came from."""
+
+    path: Path
+    suite: Any
+
+    @property
+    def name(self) -> str:
+        return self.suite.name
+
+
+def load_suite(path: str | Path) -> LoadedSuite:
+    """Load a GX suite from JSON and check that every declared expectation survived loading.
+
+    Raises
+    ------
+    SuiteError
+        When the file is missing or not JSON, GX rejects it, or the loaded suite holds fewer expectations
+        than the file declares; the message names the file.
+    """
+    import great_expectations as gx
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise SuiteError(f"{path}: expectation suite file not found") from exc
+    except json.JSONDecodeError as exc:
+        raise SuiteError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("expectations"), list):
+        raise SuiteError(f"{path}: expected an object with a list 'expectations'")
+    declared = len(data["expectations"])
+    try:
+        suite = gx.ExpectationSuite(**{k: v for k, v in data.items() if k in ("name", "expectations", "meta")})
+    except Exception as exc:  # GX raises many types for a bad configuration; all mean the same here
+        raise SuiteError(f"{path}: not a valid GX expectation suite: {str(exc).splitlines()[0]}") from exc
+    if len(suite.expectations) != declared:
+        raise SuiteError(f"{path}: declares {declared} expectations but GX loaded {len(suite.expectations)}")
+    return LoadedSuite(path, suite)
+
+
+def _expectation_name(config: Any) -> str:
+    kwargs = config.kwargs
+    target = kwargs.get("column") or kwargs.get("column_list") or [kwargs.get("column_A"), kwargs.get("column_B")]
+    if isinstance(target, list):
+        target = ",".join(str(t) for t in target if t)
+    return f"{config.type}({target})"
+
+
+def _raised(result: Any) -> str | None:
+    info = result.exception_info or {}
+    if info.get("raised_exception"):
+        return info.get("exception_message") or "raised an exception"
+    for value in info.values():  # GX nests exception info per metric in some paths
+        if isinstance(value, dict) and value.get("raised_exception"):
+            return value.get("exception_message") or "raised an exception"
+    return None
+
+
+class SuiteRunner:
+    """Runs one loaded suite on Spark DataFrames through an ephemeral GX context."""
+
+    def __init__(self, loaded: LoadedSuite, partition_column: str):
+        import logging
+
+        import great_expectations as gx
+
+        logging.getLogger("great_expectations").setLevel(logging.WARNING)
+        self.loaded = loaded
+        self.partition_column = partition_column
+        context = gx.get_context(mode="ephemeral")
+        asset = context.data_sources.add_spark("backfill").add_dataframe_asset("staged")
+        self.batch_definition = asset.add_batch_definition_whole_dataframe("batch")
+
+    def validate(self, df: DataFrame, parameters: dict[str, Any], batch: int | None = None) -> list[Check]:
+        """Validate ``df``; return one :class:`Check` per expectation and failing partition.
+
+        A passing expectation gives one passing check for the batch; a failing one gives a check per partition
+        holding unexpected rows (``observed`` is that partition's count of unexpected rows), or one batch-level
+        check when GX cannot point at rows (for example a missing column, which GX reports as an exception).
+        """
+        gx_batch = self.batch_definition.get_batch(batch_parameters={"dataframe": df})
+        result = gx_batch.validate(
+            self.loaded.suite,
+            expectation_parameters=parameters,
+            result_format={"result_format": "COMPLETE", "unexpected_index_column_names": [self.partition_column]},
+        )
+        checks: list[Check] = []
+        for r in result.results:
+            name = _expectation_name(r.expectation_config)
+            raised = _raised(r)
+            if r.success and not raised:
+                checks.append(Check("expectation", name, True, batch=batch))
+                continue
+            index = (r.result or {}).get("unexpected_index_list") or []
+            per_partition = Counter(str(row.get(self.partition_column)) for row in index if isinstance(row, dict))
+            if raised or not per_partition:
+                observed = (r.result or {}).get("observed_value", (r.result or {}).get("unexpected_count"))
+                message = f"GX raised: {raised.splitlines()[0]}" if raised else None
+                checks.append(Check("expectation", name, False, batch=batch, observed=str(observed), message=message))
+                continue
+            for partition, count in sorted(per_partition.items()):
+                checks.append(
+                    Check(
+                        "expectation",
+                        name,
+                        False,
+                        partition=partition,
+                        batch=batch,
+                        observed=f"{count} unexpected",
+                        expected="0 unexpected",
+                        message=f"{count} unexpected rows",
+                    )
+                )
+        return checks
