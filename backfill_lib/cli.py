@@ -180,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("py4j", "great_expectations"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     quiet_spark_query_errors()
+    for c in (console, err_console):
+        if not c.is_terminal:  # logs and pipes: do not cut table cells at 80 columns
+            c.width = max(c.width, 200)
     try:
         # Standalone mode: typer prints usage errors itself and ends every invocation with SystemExit.
         app(args=argv, prog_name="backfill")

@@ -39,7 +39,8 @@ class Grain(str, enum.Enum):
 class Partition:
     """One partition: its half-open bounds and the key Delta stores for it.
 
-    ``start`` and ``end`` are ``date`` for day and month grains and time-zone-aware ``datetime`` for hours.
+    ``start`` and ``end`` are ``date`` for day and month grains and UTC ``datetime`` for hours (UTC, because
+    aware datetimes sharing a local zone compare as wall clocks, and the repeated fall-back hour would tie).
     """
 
     start: date | datetime
@@ -68,7 +69,7 @@ def half_open(first: date, last: date, grain: Grain, time_zone: str) -> tuple[da
         Inclusive local dates as the user wrote them. For ``month`` they must be first days of months
         (``last`` names the last month included).
     grain, time_zone:
-        For ``hour``, the bounds are midnights in ``time_zone``.
+        For ``hour``, the bounds are midnights in ``time_zone``, returned as UTC datetimes.
 
     Raises
     ------
@@ -87,7 +88,7 @@ def half_open(first: date, last: date, grain: Grain, time_zone: str) -> tuple[da
     tz = zone(time_zone)
     start = datetime.combine(first, datetime.min.time(), tzinfo=tz)
     end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=tz)
-    return start, end
+    return start.astimezone(timezone.utc), end.astimezone(timezone.utc)
 
 
 def partition_key(value: date | datetime, grain: Grain) -> str:
@@ -110,9 +111,7 @@ def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Gr
         cur = start.astimezone(timezone.utc)
         stop = end.astimezone(timezone.utc)
         while cur < stop:
-            local = cur.astimezone(tz)
-            nxt = (cur + step).astimezone(tz)
-            out.append(Partition(local, nxt, partition_key(local, grain)))
+            out.append(Partition(cur, cur + step, partition_key(cur.astimezone(tz), grain)))
             cur += step
         return out
     cur = start
@@ -129,7 +128,8 @@ def count_partitions(start: date | datetime, end: date | datetime, grain: Grain)
         return (end - start).days
     if grain is Grain.MONTH:
         return (end.year - start.year) * 12 + end.month - start.month
-    return int((end - start).total_seconds() // 3600)
+    # Aware datetimes sharing a tzinfo subtract as wall clocks; in UTC the daylight-saving hour counts.
+    return int((end.astimezone(timezone.utc) - start.astimezone(timezone.utc)).total_seconds() // 3600)
 
 
 def sql_literal(value: date | datetime) -> str:

@@ -63,7 +63,7 @@ def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataF
         if "DELTA_REPLACE_WHERE_MISMATCH" not in str(exc):
             raise
         stray = _stray_partitions(df, plan.partition_column, predicate)
-        listed = ", ".join(f"{p} ({n} rows)" for p, n in stray[:5])
+        listed = ", ".join(f"{p} ({n} row{'' if n == 1 else 's'})" for p, n in stray[:5])
         more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
         raise StrayRowsError(
             f"source {plan.request.source.sql} produced rows outside batch {batch.index} "

@@ -1,0 +1,49 @@
+"""One SparkSession for the whole test run, built through the product's own embedded default."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_path_factory):
+    os.environ["BACKFILL_HOME"] = str(tmp_path_factory.mktemp("backfill_home"))
+    os.environ["BACKFILL_SPARK_MASTER"] = "local[2]"
+    os.chdir(ROOT)
+    from backfill_lib.settings import load_settings
+
+    return load_settings(ROOT / "conf" / "settings.yml")
+
+
+@pytest.fixture(scope="session")
+def spark(settings):
+    from backfill_lib.cli import quiet_spark_query_errors
+    from backfill_lib.spark import get_spark
+
+    session = get_spark(settings)
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    quiet_spark_query_errors()
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def db(spark):
+    """A fresh schema for one test."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    spark.sql(f"CREATE SCHEMA {name}")
+    yield name
+    spark.sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+def write_request(path: Path, **fields) -> Path:
+    """Write a request YAML with ``fields`` (nested dicts allowed) and return its path."""
+    path.write_text(yaml.safe_dump(fields, sort_keys=False, default_flow_style=False))
+    return path

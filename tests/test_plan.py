@@ -1,0 +1,117 @@
+import dataclasses
+from datetime import date, datetime, timezone
+
+import pytest
+
+from backfill_lib.errors import IntakeError, SchemaMismatchError
+from backfill_lib.explain import explain, human_bytes
+from backfill_lib.plan import build_plan, staging_table_name
+from backfill_lib.request import load_request
+from backfill_lib.schema_guard import ColumnCast, align
+from backfill_lib.tables import Column, PartitionStats, TableState
+
+NOW = datetime(2026, 11, 30, 2, 0, tzinfo=timezone.utc)
+COLUMNS = (
+    Column("flight_date", "date"),
+    Column("origin", "string"),
+    Column("dest", "string"),
+    Column("carrier", "string"),
+    Column("flights", "bigint"),
+)
+
+
+def state(**changes):
+    base = TableState(
+        name="demo.daily_route_delays",
+        location="file:/tmp/x",
+        version=7,
+        columns=COLUMNS,
+        partition_columns=("flight_date",),
+        partitions={
+            "2013-01-01": PartitionStats(2, 1000, 265, "a"),
+            "2013-03-31": PartitionStats(1, 500, 286, "b"),
+            "2013-04-01": PartitionStats(9, 9000, 999, "c"),  # outside the range: never counted
+        },
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def plan_for(table_state, batch_size=31):
+    request = load_request("conf/backfills/fix_daily_route_delays.yml")
+    return build_plan(request, table_state, request_path="r.yml", staging_schema="stg", batch_size=batch_size, now=NOW,
+                      run_id="bf_test")
+
+
+def test_plan_batches_partitions_and_totals_from_the_log():
+    plan = plan_for(state())
+    assert len(plan.partitions) == 90
+    assert [len(b.partitions) for b in plan.batches] == [31, 31, 28]
+    assert (plan.batches[1].keys[0], plan.batches[1].keys[-1]) == ("2013-02-01", "2013-03-03")
+    assert plan.total == PartitionStats(3, 1500, 551)
+    assert plan.target_version == 7
+    assert plan.staging_table == "stg.demo__daily_route_delays__bf_test"
+    assert plan.predicate() == "(`flight_date` >= DATE'2013-01-01' AND `flight_date` < DATE'2013-04-01')"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.target_version = 8
+
+
+def test_unknown_row_counts_stay_unknown():
+    parts = {"2013-01-01": PartitionStats(1, 10, None, "x")}
+    assert plan_for(state(partitions=parts)).total.rows is None
+
+
+def test_run_id_derives_from_now_and_request_batch_size_wins():
+    request = load_request("conf/backfills/fix_daily_route_delays.yml")
+    plan = build_plan(request, state(), request_path="r", staging_schema="s", batch_size=10, now=NOW)
+    assert plan.run_id.startswith("bf_20261130_020000_") and len(plan.run_id) == len("bf_20261130_020000_") + 6
+    assert len(plan.batches) == 3  # the request's batch_size 31, not the settings' 10
+    unbatched = request.model_copy(update={"batch_size": None})
+    plan = build_plan(unbatched, state(), request_path="r", staging_schema="s", batch_size=10, now=NOW)
+    assert len(plan.batches) == 9
+
+
+def test_staging_name_keeps_catalog():
+    assert staging_table_name("main.sales.orders", "stg", "bf_1") == "main.stg.sales__orders__bf_1"
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"columns": COLUMNS[1:]}, "table demo.daily_route_delays has no column flight_date"),
+        ({"partition_columns": ("origin",)}, "is not partitioned by flight_date (partition columns: origin)"),
+        ({"columns": (Column("flight_date", "string"),) + COLUMNS[1:]}, "column flight_date is string, grain day needs date"),
+        ({"columns": COLUMNS[:3] + COLUMNS[4:]}, "has no key column carrier (field keys)"),
+    ],
+)
+def test_intake_against_table_state(changes, message):
+    with pytest.raises(IntakeError) as err:
+        plan_for(state(**changes))
+    assert message in str(err.value)
+
+
+def test_explain_shows_counts_edges_and_totals():
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(explain(plan_for(state())))
+    text = console.export_text()
+    assert "90 x day on flight_date" in text
+    assert "first 2013-01-01, last 2013-03-31" in text
+    assert "3 files, 1.5 KiB, 551 rows" in text
+    assert "... 70 more" in text
+    assert "2013-04-01 " not in text.split("range")[-1].split("Partitions touched")[-1]
+    assert human_bytes(1536) == "1.5 KiB" and human_bytes(12) == "12 B"
+
+
+def test_schema_alignment_widens_and_refuses():
+    target = (Column("id", "bigint"), Column("amt", "decimal(12,2)"), Column("c", "int"))
+    source = (Column("c", "int"), Column("id", "int"), Column("amt", "decimal(10,2)"))
+    assert align(source, target, "s.sql") == (
+        ColumnCast("id", "bigint", True), ColumnCast("amt", "decimal(12,2)", True), ColumnCast("c", "int", False)
+    )
+    with pytest.raises(SchemaMismatchError, match="s.sql: column c is string in the source but int in the target"):
+        align((Column("id", "bigint"), Column("amt", "decimal(12,2)"), Column("c", "string")), target, "s.sql")
+    with pytest.raises(SchemaMismatchError, match="target column c \\(int\\) is missing from the source"):
+        align(source[1:], target, "s.sql")
+    with pytest.raises(SchemaMismatchError, match="column amt is decimal\\(12,4\\) in the source but decimal\\(12,2\\)"):
+        align((Column("id", "bigint"), Column("amt", "decimal(12,4)"), Column("c", "int")), target, "s.sql")

@@ -1,0 +1,116 @@
+import json
+
+import pytest
+from chispa import assert_df_equality
+from rich.console import Console
+
+from backfill_lib.cli import main
+from backfill_lib.errors import GateFailedError, IntakeError, StrayRowsError
+from backfill_lib.ledger import Ledger
+from backfill_lib.runner import Runner, prepare
+from backfill_lib.tables import current_version
+from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, events_request, make_events
+
+SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100), (6, D10, 600)]
+
+
+def run(spark, settings, request):
+    plan, state = prepare(spark, settings, request)
+    return Runner(spark, settings, Console(file=open("/dev/null", "w"))).run(plan, state)
+
+
+def test_recompute_replaces_exactly_the_range_in_one_commit(spark, settings, db, tmp_path):
+    make_events(spark, db, SOURCE)
+    before = current_version(spark, f"{db}.events")
+    result = run(spark, settings, events_request(tmp_path, db, reconcile=True))
+
+    assert result.status == "published"
+    expected_range = spark.createDataFrame([(3, D9, 300), (4, D9, 400), (5, D9, 500), (10, D9, 1000)], EVENTS_SCHEMA)
+    assert_df_equality(spark.table(f"{db}.events").where("dt = DATE'2024-03-09'"), expected_range,
+                       ignore_row_order=True, ignore_nullable=True)
+    outside = spark.table(f"{db}.events").where("dt <> DATE'2024-03-09'")
+    expected_outside = spark.createDataFrame(
+        [(1, D8, 1), (2, D8, 2), (6, D10, 6), (7, D10, 7), (8, D10, 8), (9, D10, 9)], EVENTS_SCHEMA)
+    assert_df_equality(outside, expected_outside, ignore_row_order=True, ignore_nullable=True)
+
+    after = current_version(spark, f"{db}.events")
+    assert after == before + 1 == result.published_version
+    meta = json.loads(spark.sql(f"DESCRIBE HISTORY {db}.events").where(f"version = {after}").first()["userMetadata"])
+    assert meta["run_id"] == result.plan.run_id
+    assert (meta["owner"], meta["reason"], meta["strategy"]) == ("ana@example.com", "TEST-1: recompute v", "recompute")
+
+    ledger = Ledger(spark, settings.ledger_schema)
+    assert ledger.run(result.plan.run_id)["status"] == "published"
+    assert [(p["partition"], p["status"], p["rows"]) for p in ledger.partitions(result.plan.run_id)] == [
+        ("2024-03-09", "published", 4)
+    ]
+    recon = [c for c in result.checks if c.kind == "reconciliation"]
+    assert [(c.partition, c.observed, c.expected, c.success) for c in recon] == [("2024-03-09", "4", "4", True)]
+
+
+def test_running_twice_leaves_identical_contents(spark, settings, db, tmp_path):
+    make_events(spark, db, SOURCE)
+    request = events_request(tmp_path, db, start=D8, end=D10)
+    run(spark, settings, request)
+    first = spark.read.option("versionAsOf", current_version(spark, f"{db}.events")).table(f"{db}.events")
+    first_rows = sorted(first.collect())
+    run(spark, settings, request)
+    assert sorted(spark.table(f"{db}.events").collect()) == first_rows
+    assert len(first_rows) == 5  # 2024-03-08 had no source rows: recompute emptied it
+
+
+def test_duplicate_key_fails_validation_and_changes_nothing(spark, settings, db, tmp_path, capsys):
+    make_events(spark, db, [(3, D9, 30), (3, D9, 31), (4, D9, 40)])
+    before = current_version(spark, f"{db}.events")
+    code = main(["run", str(events_request(tmp_path, db))])
+    assert code == 3
+    assert current_version(spark, f"{db}.events") == before
+    err = capsys.readouterr().err
+    assert "expect_compound_columns_to_be_unique(dt,id) failed on partition 2024-03-09: 2 unexpected rows" in err
+    run_id = spark.table(f"{settings.ledger_schema}.runs").where(f"target_table = '{db}.events'").first()["run_id"]
+    ledger = Ledger(spark, settings.ledger_schema)
+    assert ledger.run(run_id)["status"] == "failed"
+    [partition] = ledger.partitions(run_id)
+    assert partition["status"] == "failed"
+    assert "expect_compound_columns_to_be_unique(dt,id)" in partition["message"]
+
+
+def test_reconciliation_mismatch_names_partition_and_values(spark, settings, db, tmp_path):
+    make_events(spark, db, [(3, D9, 30), (4, D9, 40)])
+    sql = f"SELECT id, dt, v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end AND id <> 4"
+    with pytest.raises(GateFailedError) as err:
+        run(spark, settings, events_request(tmp_path, db, sql=sql, reconcile=True))
+    assert ("reconciliation rows_equal_source failed on partition 2024-03-09: staged count(*) = 1, "
+            f"source {db}.events_src count(*) = 2") in str(err.value)
+    assert current_version(spark, f"{db}.events") == 0
+
+
+def test_stray_row_fails_naming_partition_and_writes_nothing(spark, settings, db, tmp_path):
+    make_events(spark, db, [(3, D9, 30), (99, D11, 1)])
+    sql = f"SELECT id, dt, v FROM {db}.events_src"  # ignores the range: yields a 2024-03-11 row
+    with pytest.raises(StrayRowsError, match=r"partition 2024-03-11 \(1 row\); nothing written"):
+        run(spark, settings, events_request(tmp_path, db, sql=sql))
+    assert current_version(spark, f"{db}.events") == 0
+
+
+def test_missing_target_table_is_an_intake_error(spark, settings, db, tmp_path, capsys):
+    request = events_request(tmp_path, db)
+    with pytest.raises(IntakeError, match=f"table {db}.events does not exist"):
+        prepare(spark, settings, request)
+    assert main(["run", str(request)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: table {db}.events does not exist"
+
+
+def test_plan_writes_nothing_and_status_reads_the_ledger(spark, settings, db, tmp_path, capsys):
+    make_events(spark, db, SOURCE)
+    request = events_request(tmp_path, db, start=D8, end=D10)
+    assert main(["plan", str(request)]) == 0
+    out = capsys.readouterr().out
+    assert "3 x day on dt" in out and "9 rows (from the Delta log)" in out
+    assert current_version(spark, f"{db}.events") == 0
+    result = run(spark, settings, request)
+    assert main(["status", result.plan.run_id]) == 0
+    out = capsys.readouterr().out
+    assert f"run {result.plan.run_id}: published" in out
+    assert "2024-03-10" in out and "published" in out
+    assert main(["status", "bf_missing"]) == 2

@@ -1,0 +1,94 @@
+import dataclasses
+from datetime import date
+
+import pydantic
+import pytest
+
+from backfill_lib.errors import RequestError
+from backfill_lib.request import load_request
+from tests.conftest import write_request
+
+DEMO = "conf/backfills/fix_daily_route_delays.yml"
+
+
+def valid(tmp_path, **changes):
+    sql = tmp_path / "source.sql"
+    sql.write_text("SELECT 1")
+    fields = {
+        "owner": "ana@example.com",
+        "reason": "TICKET-1: fix",
+        "target": {"table": "db.events", "partition_column": "dt", "grain": "day"},
+        "range": {"start": "2024-03-08", "end": "2024-03-10"},
+        "time_zone": "UTC",
+        "strategy": "recompute",
+        "source": {"sql": str(sql)},
+        "keys": ["id"],
+    }
+    fields.update(changes)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def test_demo_request_loads_frozen():
+    request = load_request(DEMO)
+    assert request.name == "fix_daily_route_delays"
+    assert request.target.table == "demo.daily_route_delays"
+    assert request.bounds() == (date(2013, 1, 1), date(2013, 4, 1))
+    assert [r.name for r in request.reconciliation][0] == "flights_equal_source_count"
+    with pytest.raises(pydantic.ValidationError):
+        request.owner = "someone else"
+
+
+def test_missing_owner_names_file_and_field(tmp_path):
+    path = write_request(tmp_path / "r.yml", **valid(tmp_path, owner=None))
+    with pytest.raises(RequestError) as err:
+        load_request(path)
+    assert str(err.value) == f"{path}: field 'owner': Field required"
+
+
+def test_unknown_strategy_names_field_and_value(tmp_path):
+    path = write_request(tmp_path / "r.yml", **valid(tmp_path, strategy="overwrite_everything"))
+    with pytest.raises(RequestError, match=r"field 'strategy': .*got 'overwrite_everything'"):
+        load_request(path)
+
+
+def test_reversed_range_names_field_and_dates(tmp_path):
+    path = write_request(tmp_path / "r.yml", **valid(tmp_path, range={"start": "2024-03-10", "end": "2024-03-08"}))
+    with pytest.raises(RequestError, match=r"field 'range': end 2024-03-08 is before start 2024-03-10"):
+        load_request(path)
+
+
+def test_month_grain_range_must_start_months(tmp_path):
+    fields = valid(tmp_path, target={"table": "db.m", "partition_column": "m", "grain": "month"})
+    path = write_request(tmp_path / "r.yml", **fields)
+    with pytest.raises(RequestError, match=r"field 'range': range start 2024-03-08 is not the first day of a month"):
+        load_request(path)
+
+
+def test_missing_source_file_names_field_and_path(tmp_path):
+    path = write_request(tmp_path / "r.yml", **valid(tmp_path, source={"sql": str(tmp_path / "nope.sql")}))
+    with pytest.raises(RequestError, match=r"field 'source.sql': file .*nope.sql not found"):
+        load_request(path)
+
+
+def test_unknown_field_is_refused(tmp_path):
+    path = write_request(tmp_path / "r.yml", **valid(tmp_path, onwer="typo@example.com"))
+    with pytest.raises(RequestError, match=r"field 'onwer': Extra inputs are not permitted"):
+        load_request(path)
+
+
+def test_bad_table_name_and_unknown_zone(tmp_path):
+    path = write_request(tmp_path / "r.yml", **valid(tmp_path, time_zone="Mars/Olympus"))
+    with pytest.raises(RequestError, match=r"field 'time_zone': unknown time zone 'Mars/Olympus'"):
+        load_request(path)
+    bad_table = valid(tmp_path, target={"table": "db.events; DROP", "partition_column": "dt"})
+    path = write_request(tmp_path / "r2.yml", **bad_table)
+    with pytest.raises(RequestError, match=r"field 'target.table': 'db.events; DROP' is not a table name"):
+        load_request(path)
+
+
+def test_missing_file_and_non_mapping(tmp_path):
+    with pytest.raises(RequestError, match=r"nope.yml: request file not found"):
+        load_request(tmp_path / "nope.yml")
+    (tmp_path / "list.yml").write_text("- a\n- b\n")
+    with pytest.raises(RequestError, match=r"list.yml: expected a mapping of request fields, got list"):
+        load_request(tmp_path / "list.yml")
