@@ -49,6 +49,12 @@ class StrayRowsError(PartitionError):
     """The source produced rows for partitions outside the batch being staged; nothing was written."""
 
 
+class DuplicateKeyError(BackfillError):
+    """The source yields a key more than once; nothing was written. Exit code 3."""
+
+    exit_code = 3
+
+
 class GateFailedError(BackfillError):
     """A validation, reconciliation or diff gate failed; nothing was published. Exit code 3.
 

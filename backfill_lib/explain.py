@@ -28,9 +28,21 @@ def _rows(n: int | None) -> str:
 
 def explain(plan: BackfillPlan) -> Group:
     """A renderable of the plan: what, why, which partitions, their current cost, where rows are staged."""
+    from backfill_lib.strategies import strategy_for
+
     r = plan.request
     parts = plan.partitions
     total = plan.total
+    src = plan.source_input
+    source_line = (
+        "not file-based" if src.files is None
+        else f"{src.files:,} files, {human_bytes(src.bytes)} for the whole range (file metadata after pruning)"
+    )
+    range_line = (
+        f"[{plan.range_start}, {plan.range_end})  (inclusive {r.range.start} .. {r.range.end})" if r.range
+        else "the whole table (rebuild)"
+    )
+    first_last = f"first {parts[0].key}, last {parts[-1].key}" if parts else "none yet"
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
@@ -38,13 +50,16 @@ def explain(plan: BackfillPlan) -> Group:
         ("request", f"{r.name} ({plan.request_path})"),
         ("owner / reason", f"{r.owner} / {r.reason}"),
         ("target", f"{plan.target_table} at version {plan.target_version}"),
-        ("strategy", f"{r.strategy.value}: replace exactly the partitions below with rows re-derived by {r.source.sql}"),
+        ("strategy", strategy_for(r.strategy).describe(plan)),
         ("partitions", f"{len(parts):,} x {r.target.grain.value} on {plan.partition_column} "
-                       f"(time zone {r.time_zone}), first {parts[0].key}, last {parts[-1].key}"),
-        ("range", f"[{plan.range_start}, {plan.range_end})  (inclusive {r.range.start} .. {r.range.end})"),
+                       f"(time zone {r.time_zone}), {first_last}"),
+        ("range", range_line),
         ("current data in range", f"{total.files:,} files, {human_bytes(total.bytes)}, {_rows(total.rows)} rows "
                                   "(from the Delta log)"),
-        ("batches", f"{len(plan.batches)} of up to {max(len(b.partitions) for b in plan.batches)} partitions"),
+        ("source input", source_line),
+        ("row-count gate", f"a partition losing more than {r.gates.max_row_loss_fraction:.0%} of its rows blocks "
+                           f"publishing{' (allowed by the request)' if r.gates.allow_row_loss else ''}"),
+        ("batches", f"{len(plan.batches)} of up to {max((len(b.partitions) for b in plan.batches), default=0)} partitions"),
         ("staging table", plan.staging_table),
         ("expectation suite", str(r.expectations or "none")),
         ("reconciliation", ", ".join(rule.name for rule in r.reconciliation) or "none"),

@@ -122,6 +122,28 @@ def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Gr
     return out
 
 
+def partition_of_key(key: str, grain: Grain, time_zone: str) -> Partition:
+    """The partition a Delta partition-value string names (``2013-01-01``; hours as ISO 8601 timestamps, a
+    value without offset read as UTC).
+
+    Raises
+    ------
+    PartitionError
+        When ``key`` is not a value of the grain, naming it.
+    """
+    try:
+        if grain is Grain.HOUR:
+            start = datetime.fromisoformat(key.replace(" ", "T"))
+            start = start.replace(tzinfo=timezone.utc) if start.tzinfo is None else start.astimezone(timezone.utc)
+            return Partition(start, start + timedelta(hours=1), partition_key(start.astimezone(zone(time_zone)), grain))
+        day = date.fromisoformat(key)
+    except ValueError as exc:
+        raise PartitionError(f"partition value '{key}' is not a {grain.value} partition") from exc
+    if grain is Grain.MONTH:
+        return Partition(day, _first_of_next_month(day), key)
+    return Partition(day, day + timedelta(days=1), key)
+
+
 def count_partitions(start: date | datetime, end: date | datetime, grain: Grain) -> int:
     """How many partitions ``[start, end)`` holds, without listing them."""
     if grain is Grain.DAY:
@@ -156,9 +178,9 @@ def contiguous_runs(partitions: list[Partition]) -> list[tuple[date | datetime, 
     return runs
 
 
-def range_predicate(column: str, start: date | datetime, end: date | datetime) -> str:
-    """``col >= start AND col < end``: the SQL predicate of one half-open range."""
-    col = quote_ident(column)
+def range_predicate(column: str, start: date | datetime, end: date | datetime, qualifier: str = "") -> str:
+    """``col >= start AND col < end``: the SQL predicate of one half-open range (``qualifier``: a table alias)."""
+    col = (f"{qualifier}." if qualifier else "") + quote_ident(column)
     return f"{col} >= {sql_literal(start)} AND {col} < {sql_literal(end)}"
 
 

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from datetime import date, datetime, timezone
 
 from backfill_lib.intake import check_request_against_table
-from backfill_lib.partitions import Partition, enumerate_partitions, partitions_predicate
-from backfill_lib.request import BackfillRequest
+from backfill_lib.partitions import Partition, enumerate_partitions, partition_of_key, partitions_predicate
+from backfill_lib.request import BackfillRequest, Strategy
 from backfill_lib.tables import PartitionStats, TableState
 
 
@@ -50,6 +50,15 @@ class Batch:
 
 
 @dataclass(frozen=True)
+class SourceInput:
+    """What the source SQL reads for the whole range: data files and their bytes (file-system metadata, after
+    partition pruning; no data read). ``None`` fields when the source is not file-based."""
+
+    files: int | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class BackfillPlan:
     """Everything a run does, fixed before it starts.
 
@@ -68,6 +77,12 @@ class BackfillPlan:
     range_end: date | datetime
     batches: tuple[Batch, ...]
     staging_table: str
+    source_input: SourceInput = SourceInput()
+    target_columns: tuple = ()
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.request.strategy
 
     @property
     def target_table(self) -> str:
@@ -111,6 +126,7 @@ class BackfillPlan:
             "batches": [list(b.keys) for b in self.batches],
             "staging_table": self.staging_table,
             "current": asdict(total),
+            "source_input": asdict(self.source_input),
         }
 
 
@@ -136,6 +152,7 @@ def build_plan(
     batch_size: int,
     now: datetime,
     run_id: str | None = None,
+    source_input: SourceInput = SourceInput(),
 ) -> BackfillPlan:
     """Build the frozen plan of ``request`` against the target's ``state``. Pure.
 
@@ -146,16 +163,25 @@ def build_plan(
     now:
         Captured once by the caller; the run ID and ``planned_at`` derive from it.
 
+    A rebuild without a range touches every partition the target has now (from the Delta log), in one batch:
+    the whole table is re-created at once.
+
     Raises
     ------
     IntakeError
         When the request does not fit the table (see :func:`check_request_against_table`).
     """
     check_request_against_table(request, state)
-    start, end = request.bounds()
-    parts = enumerate_partitions(start, end, request.target.grain, request.time_zone)
+    grain, tz = request.target.grain, request.time_zone
+    bounds = request.bounds()
+    if bounds is None:
+        parts = sorted(partition_of_key(k, grain, tz) for k in state.partitions if k is not None)
+        start, end = (parts[0].start, parts[-1].end) if parts else (None, None)
+    else:
+        start, end = bounds
+        parts = enumerate_partitions(start, end, grain, tz)
     planned = [PlannedPartition(p, state.partitions.get(p.key, PartitionStats())) for p in parts]
-    size = request.batch_size or batch_size
+    size = len(planned) or 1 if request.strategy is Strategy.REBUILD else request.batch_size or batch_size
     batches = tuple(
         Batch(i, tuple(planned[j : j + size])) for i, j in enumerate(range(0, len(planned), size))
     )
@@ -171,4 +197,6 @@ def build_plan(
         range_end=end,
         batches=batches,
         staging_table=staging_table_name(request.target.table, staging_schema, run_id),
+        source_input=source_input,
+        target_columns=state.columns,
     )

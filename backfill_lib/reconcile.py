@@ -18,11 +18,12 @@ from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.request import ReconciliationRule
 
 
-def _per_partition(spark: SparkSession, table: str, column: str, metric: str, predicate: str) -> dict[str, object]:
+def _per_partition(spark: SparkSession, table: str, column: str, metric: str, predicate: str | None) -> dict[str, object]:
+    df = spark.table(table)
+    if predicate is not None:
+        df = df.where(predicate)
     rows = (
-        spark.table(table)
-        .where(predicate)
-        .groupBy(F.col(column).cast("string").alias("p"))
+        df.groupBy(F.col(column).cast("string").alias("p"))
         .agg(F.expr(metric).alias("m"))
         .collect()
     )
@@ -37,21 +38,26 @@ def _differs(staged: object, source: object, tolerance: float) -> bool:
     return abs(Decimal(str(staged)) - Decimal(str(source))) > Decimal(str(tolerance))
 
 
-def reconcile_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, rule: ReconciliationRule) -> list[Check]:
+def reconcile_batch(
+    spark: SparkSession, plan: BackfillPlan, batch: Batch, rule: ReconciliationRule, whole_table: bool = False
+) -> list[Check]:
     """Compare ``rule.metric`` on staged rows with ``rule.source.metric`` on the source for each partition.
 
     A partition missing on one side has metric ``None`` there, which matches only a missing partition on the
-    other side. Returns one check per planned partition of ``batch``.
+    other side. Returns one check per planned partition of ``batch``; with ``whole_table`` (a rebuild), both
+    tables are read whole and every partition either side has is compared.
     """
-    staged = _per_partition(
-        spark, plan.staging_table, plan.partition_column, rule.metric, plan.batch_predicate(batch)
-    )
     src = rule.source
-    source = _per_partition(
-        spark, src.table, src.partition_column, src.metric, range_predicate(src.partition_column, batch.start, batch.end)
-    )
+    if whole_table:
+        staged_pred = source_pred = None
+    else:
+        staged_pred = plan.batch_predicate(batch)
+        source_pred = range_predicate(src.partition_column, batch.start, batch.end)
+    staged = _per_partition(spark, plan.staging_table, plan.partition_column, rule.metric, staged_pred)
+    source = _per_partition(spark, src.table, src.partition_column, src.metric, source_pred)
+    keys = sorted(set(staged) | set(source)) if whole_table else batch.keys
     checks = []
-    for key in batch.keys:
+    for key in keys:
         a, b = staged.get(key), source.get(key)
         ok = not _differs(a, b, rule.tolerance)
         message = None if ok else f"staged {rule.metric} = {a}, source {src.table} {src.metric} = {b}"

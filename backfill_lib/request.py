@@ -24,10 +24,16 @@ _TABLE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){0,2}$")
 class Strategy(str, enum.Enum):
     """How the target is rewritten.
 
-    ``recompute`` re-derives the rows of each partition in range and replaces exactly those partitions.
+    - ``recompute``: re-derive every row of each partition in range; publish replaces exactly those partitions
+      (``replaceWhere``) in one commit.
+    - ``rebuild``: re-create the whole table (new logic or schema) from the source; publish swaps it in with
+      one ``CREATE OR REPLACE TABLE ... AS SELECT`` commit, which keeps history so RESTORE can undo it.
+    - ``patch``: corrected rows for given keys; publish is one MERGE on the null-safe keys plus the range.
     """
 
     RECOMPUTE = "recompute"
+    REBUILD = "rebuild"
+    PATCH = "patch"
 
 
 class _Frozen(BaseModel):
@@ -93,6 +99,21 @@ class ReconciliationRule(_Frozen):
     tolerance: float = Field(default=0, ge=0)
 
 
+class Gates(_Frozen):
+    """Row-count gates per partition, staged rows against the target's current rows.
+
+    A partition losing more than ``max_row_loss_fraction`` of its rows (an emptied partition loses all of
+    them) blocks publishing unless ``allow_row_loss`` is true. ``max_row_growth_fraction`` (``None``: no
+    limit) blocks partitions that grow more, unless ``allow_row_growth``. Applies to recompute and rebuild;
+    a patch only changes the rows it names.
+    """
+
+    max_row_loss_fraction: float = Field(default=0.10, ge=0, le=1)
+    allow_row_loss: bool = False
+    max_row_growth_fraction: float | None = Field(default=None, ge=0)
+    allow_row_growth: bool = False
+
+
 class BackfillRequest(_Frozen):
     """A checked backfill request. See ``conf/backfills/fix_daily_route_delays.yml`` for a full example."""
 
@@ -100,13 +121,15 @@ class BackfillRequest(_Frozen):
     owner: str = Field(min_length=1)
     reason: str = Field(min_length=1)
     target: Target
-    range: DateRange
+    range: DateRange | None = None
     time_zone: str = "UTC"
     strategy: Strategy
     source: Source
     keys: tuple[str, ...] = Field(min_length=1)
     expectations: Path | None = None
     reconciliation: tuple[ReconciliationRule, ...] = ()
+    gates: Gates = Field(default_factory=Gates)
+    delete_missing: bool = False
     batch_size: int | None = Field(default=None, ge=1)
 
     @field_validator("owner", "reason")
@@ -127,6 +150,12 @@ class BackfillRequest(_Frozen):
 
     @model_validator(mode="after")
     def _range_fits_grain(self) -> "BackfillRequest":
+        if self.range is None:
+            if self.strategy is not Strategy.REBUILD:
+                raise ValueError(f"range: required for strategy {self.strategy.value}")
+            return self
+        if self.delete_missing and self.strategy is not Strategy.PATCH:
+            raise ValueError("delete_missing: applies to strategy patch only")
         try:
             half_open(self.range.start, self.range.end, self.target.grain, self.time_zone)
         except PartitionError as exc:
@@ -134,7 +163,9 @@ class BackfillRequest(_Frozen):
         return self
 
     def bounds(self):
-        """The half-open ``[start, end)`` of the request's range at its grain."""
+        """The half-open ``[start, end)`` of the request's range at its grain (``None`` for a rebuild without one)."""
+        if self.range is None:
+            return None
         return half_open(self.range.start, self.range.end, self.target.grain, self.time_zone)
 
 
@@ -171,8 +202,11 @@ def load_request(path: str | Path) -> BackfillRequest:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "enum":
             msg = f"{msg}, got '{err['input']}'"
-        field = _field_of(err) or "range"
-        raise RequestError(f"{path}: field '{field}': {msg.removeprefix('range: ')}") from exc
+        field = _field_of(err)
+        named = re.match(r"^(\w+): (.*)$", msg)
+        if not field and named:  # a whole-model check names its field as a prefix
+            field, msg = named.groups()
+        raise RequestError(f"{path}: field '{field or 'request'}': {msg}") from exc
     for field, file in (("source.sql", request.source.sql), ("expectations", request.expectations)):
         if file is not None and not Path(file).is_file():
             raise RequestError(f"{path}: field '{field}': file {file} not found")

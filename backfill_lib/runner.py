@@ -13,17 +13,19 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from backfill_lib.errors import BackfillError, GateFailedError, PublishError
+from backfill_lib.errors import BackfillError, GateFailedError, IntakeError, PublishError
+from backfill_lib.gates import row_count_checks
 from backfill_lib.ledger import Check, Ledger, run_record
 from backfill_lib.plan import BackfillPlan, Batch, build_plan
 from backfill_lib.progress import Reporter
-from backfill_lib.publish import publish_recompute, restore, verify_published
+from backfill_lib.publish import restore
 from backfill_lib.reconcile import reconcile_batch
-from backfill_lib.request import load_request
+from backfill_lib.request import Strategy, load_request
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.settings import Settings
-from backfill_lib.sources import source_frame
-from backfill_lib.staging import aligned, ensure_staging_table, stage_batch
+from backfill_lib.sources import source_frame, source_input
+from backfill_lib.staging import aligned, ensure_staging_table
+from backfill_lib.strategies import strategy_for
 from backfill_lib.tables import Column, TableState, read_table_state
 from backfill_lib.validation import SuiteRunner, load_suite
 
@@ -52,6 +54,7 @@ def prepare(spark: SparkSession, settings: Settings, request_path: str | Path) -
     """Intake and plan: load the request, read the target's state from Delta, build the frozen plan."""
     request = load_request(request_path)
     state = read_table_state(spark, request.target.table)
+    bounds = request.bounds() or (None, None)
     plan = build_plan(
         request,
         state,
@@ -59,16 +62,34 @@ def prepare(spark: SparkSession, settings: Settings, request_path: str | Path) -
         staging_schema=settings.staging_schema,
         batch_size=settings.batch_size,
         now=_utc(),
+        source_input=source_input(spark, source_frame(spark, request, *bounds)),
     )
     return plan, state
 
 
 def check_source_schema(spark: SparkSession, plan: BackfillPlan, state: TableState) -> tuple[ColumnCast, ...]:
-    """Intake against the live source: analyse the source SQL for the first batch and align it to the target."""
-    first = plan.batches[0]
-    schema = source_frame(spark, plan.request, first.start, first.end).schema
+    """Intake against the live source: analyse the source SQL (no data read) and align it to the target.
+
+    A rebuild may change the schema, so its source only has to provide the partition column (of the grain's
+    type) and the keys; its columns are taken as they are.
+    """
+    bounds = (plan.batches[0].start, plan.batches[0].end) if plan.request.range else (None, None)
+    schema = source_frame(spark, plan.request, *bounds).schema
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
-    return align(columns, state.columns, str(plan.request.source.sql))
+    where = str(plan.request.source.sql)
+    if plan.strategy is not Strategy.REBUILD:
+        return align(columns, state.columns, where, plan.request.keys)
+    by_name = {c.name: c for c in columns}
+    grain = plan.request.target.grain
+    part = by_name.get(plan.partition_column)
+    if part is None or part.type != grain.spark_type:
+        found = "missing" if part is None else part.type.upper()
+        raise IntakeError(f"{where}: partition column {plan.partition_column} is {found}, grain {grain.value} needs "
+                          f"{grain.spark_type.upper()}")
+    for key in plan.request.keys:
+        if key not in by_name:
+            raise IntakeError(f"{where}: key column {key} is missing from the source (field keys)")
+    return tuple(ColumnCast(c.name, c.type, False) for c in columns)
 
 
 def _suite_parameters(plan: BackfillPlan, batch: Batch) -> dict[str, object]:
@@ -104,23 +125,25 @@ class Runner:
             Any other intake or staging error; the run is recorded ``failed`` with the message.
         """
         reporter = Reporter(self.console, plan.run_id)
+        strategy = strategy_for(plan.strategy)
         self.ledger.ensure()
         record = self.ledger.record_run(run_record(plan), "planned")
         try:
             casts = check_source_schema(self.spark, plan, state)
             suite = load_suite(plan.request.expectations) if plan.request.expectations else None
             record = self.ledger.record_run(record, "staging")
-            rows = self._stage(plan, state, casts, reporter)
+            rows = self._stage(plan, casts, reporter)
             record = self.ledger.record_run(record, "staged")
-            checks = self._validate(plan, suite, reporter)
+            checks = self._gate_row_counts(plan, rows) + self._validate(plan, suite, reporter)
+            self.ledger.record_checks(plan.run_id, checks)
             failures = [c for c in checks if not c.success]
             if failures:
                 self._fail_gate(plan, record, failures)
             record = self.ledger.record_run(record, "validated")
-            reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table}")
-            pre, version = publish_recompute(self.spark, plan)
+            reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
+            pre, version = strategy.publish(self.spark, plan, casts)
             record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version)
-            post = verify_published(self.spark, plan, version)
+            post = strategy.verify(self.spark, plan, version)
             self.ledger.record_checks(plan.run_id, post)
             bad = [c for c in post if not c.success]
             if bad:
@@ -141,8 +164,16 @@ class Runner:
             self.ledger.record_run(record, "failed", message=str(exc))
             raise
 
-    def _stage(self, plan: BackfillPlan, state: TableState, casts, reporter: Reporter) -> dict[str, int]:
-        ensure_staging_table(self.spark, plan, state.columns)
+    def _gate_row_counts(self, plan: BackfillPlan, rows: dict[str, int]) -> list[Check]:
+        if not strategy_for(plan.strategy).replaces_partitions:
+            return []
+        current = {p.key: p.current.rows for p in plan.partitions}
+        return row_count_checks(current, rows, plan.request.gates)
+
+    def _stage(self, plan: BackfillPlan, casts: tuple[ColumnCast, ...], reporter: Reporter) -> dict[str, int]:
+        strategy = strategy_for(plan.strategy)
+        if plan.strategy is not Strategy.REBUILD:
+            ensure_staging_table(self.spark, plan, tuple(Column(c.name, c.type) for c in casts))
         rows: dict[str, int] = {}
         reporter.start_partitions(len(plan.partitions), "staging")
         try:
@@ -152,9 +183,11 @@ class Runner:
                     plan.run_id,
                     [{"partition": k, "batch": batch.index, "status": "staging", "attempt": 1, "started_at": started} for k in batch.keys],
                 )
-                df = aligned(source_frame(self.spark, plan.request, batch.start, batch.end), casts)
+                bounds = (batch.start, batch.end) if plan.request.range else (None, None)
+                df = aligned(source_frame(self.spark, plan.request, *bounds), casts)
                 try:
-                    staged = stage_batch(self.spark, plan, batch, df)
+                    strategy.check_batch(plan, batch, df)
+                    staged = strategy.stage(self.spark, plan, batch, df)
                 except BackfillError as exc:
                     self.ledger.record_partitions(
                         plan.run_id,
@@ -178,14 +211,16 @@ class Runner:
 
     def _validate(self, plan: BackfillPlan, suite, reporter: Reporter) -> list[Check]:
         runner = SuiteRunner(suite, plan.partition_column) if suite else None
+        whole = plan.strategy is Strategy.REBUILD
         checks: list[Check] = []
         for batch in plan.batches:
-            staged = self.spark.table(plan.staging_table).where(plan.batch_predicate(batch))
+            staged = self.spark.table(plan.staging_table)
+            if not whole:
+                staged = staged.where(plan.batch_predicate(batch))
             if runner:
                 checks += runner.validate(staged, _suite_parameters(plan, batch), batch.index)
             for rule in plan.request.reconciliation:
-                checks += reconcile_batch(self.spark, plan, batch, rule)
-        self.ledger.record_checks(plan.run_id, checks)
+                checks += reconcile_batch(self.spark, plan, batch, rule, whole_table=whole)
         passed = sum(c.success for c in checks)
         reporter.stage(f"validated: {passed} of {len(checks)} checks passed")
         return checks

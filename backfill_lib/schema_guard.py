@@ -1,8 +1,10 @@
 """Pure schema compatibility: may the rows a source produces be written into the target as they are?
 
-Allowed without asking: identical columns, and integer or decimal widening (the value is cast explicitly to the
-target's type, which loses nothing). Everything else is an error naming the column and both types: a missing
-column, a new column, a narrowing or a change of kind (for example ``int`` to ``string``).
+Allowed: identical columns; integer or decimal widening (the source value is cast explicitly to the target's
+wider type, which loses nothing); a new column, added to the target as nullable in the publishing commit itself
+(Delta ``mergeSchema``), so rows outside the range read NULL. Everything else is an error naming the column and
+both types: a missing (dropped) column, a narrowing, a change of kind (for example ``INT`` to ``STRING``), or a
+key column that is ``NOT NULL`` in the target but nullable in the source.
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ class ColumnCast:
     name: str
     type: str
     cast: bool
+    new: bool = False
 
 
-def align(source: tuple[Column, ...], target: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
-    """Map the source's columns onto the target's, in the target's order.
+def align(
+    source: tuple[Column, ...], target: tuple[Column, ...], where: str, keys: tuple[str, ...] = ()
+) -> tuple[ColumnCast, ...]:
+    """Map the source's columns onto the target's: the target's columns in order, then new source columns.
 
     Parameters
     ----------
@@ -50,30 +55,33 @@ def align(source: tuple[Column, ...], target: tuple[Column, ...], where: str) ->
         Column lists (names are matched case-sensitively).
     where:
         Names the source in error messages (a SQL file path).
+    keys:
+        Key columns: one that is ``NOT NULL`` in the target must not be nullable in the source.
 
     Raises
     ------
     SchemaMismatchError
-        On a missing or extra column, or a type change that is not a widening; the message names the column
-        and both types.
+        On a missing column, a type change that is not a widening, or a nullable key; the message names the
+        column and both types (upper case, as Spark SQL writes them).
     """
     by_name = {c.name: c for c in source}
     target_names = {c.name for c in target}
-    extra = [c for c in source if c.name not in target_names]
-    if extra:
-        c = extra[0]
-        raise SchemaMismatchError(f"{where}: column {c.name} ({c.type}) is not in the target")
     out = []
     for col in target:
         src = by_name.get(col.name)
         if src is None:
-            raise SchemaMismatchError(f"{where}: target column {col.name} ({col.type}) is missing from the source")
+            raise SchemaMismatchError(
+                f"{where}: target column {col.name} ({col.type.upper()}) is missing from the source"
+            )
+        if col.name in keys and not col.nullable and src.nullable:
+            raise SchemaMismatchError(f"{where}: key column {col.name} is nullable in the source but NOT NULL in the target")
         if src.type == col.type:
             out.append(ColumnCast(col.name, col.type, False))
         elif is_widening(src.type, col.type):
             out.append(ColumnCast(col.name, col.type, True))
         else:
             raise SchemaMismatchError(
-                f"{where}: column {col.name} is {src.type} in the source but {col.type} in the target"
+                f"{where}: column {col.name} is {src.type.upper()} in the source but {col.type.upper()} in the target"
             )
+    out += [ColumnCast(c.name, c.type, False, new=True) for c in source if c.name not in target_names]
     return tuple(out)

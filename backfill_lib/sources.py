@@ -18,12 +18,13 @@ def source_sql(request: BackfillRequest) -> str:
 
 
 def source_frame(
-    spark: SparkSession, request: BackfillRequest, start: date | datetime, end: date | datetime
+    spark: SparkSession, request: BackfillRequest, start: date | datetime | None, end: date | datetime | None
 ) -> DataFrame:
     """The source rows for the half-open range ``[start, end)``, as a lazy DataFrame.
 
     The SQL runs with the named parameters ``:range_start`` and ``:range_end`` bound to ``start`` and ``end``
-    (``DATE`` or ``TIMESTAMP`` values). Only analysis happens here; no data is read.
+    (``DATE`` or ``TIMESTAMP`` values); with ``None`` bounds (a rebuild of the whole table) it runs without
+    parameters. Only analysis happens here; no data is read.
 
     Raises
     ------
@@ -31,7 +32,26 @@ def source_frame(
         When the SQL does not parse or analyse; the message names the file and Spark's error class.
     """
     try:
+        if start is None:
+            return spark.sql(source_sql(request))
         return spark.sql(source_sql(request), args={"range_start": start, "range_end": end})
     except PySparkException as exc:
         first = str(exc).strip().splitlines()[0]
         raise SourceError(f"{request.source.sql}: {first}") from exc
+
+
+def source_input(spark: SparkSession, df: DataFrame):
+    """Files and bytes ``df`` would read: ``DataFrame.inputFiles()`` after partition pruning, sized from the
+    file system's metadata (no data read). Returns :class:`~backfill_lib.plan.SourceInput`."""
+    from backfill_lib.plan import SourceInput
+
+    files = df.inputFiles()
+    if not files:
+        return SourceInput(0, 0)
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    total = 0
+    for f in files:
+        path = jvm.org.apache.hadoop.fs.Path(f)
+        total += path.getFileSystem(conf).getFileStatus(path).getLen()
+    return SourceInput(len(files), total)

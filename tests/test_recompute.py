@@ -50,7 +50,7 @@ def test_recompute_replaces_exactly_the_range_in_one_commit(spark, settings, db,
 
 def test_running_twice_leaves_identical_contents(spark, settings, db, tmp_path):
     make_events(spark, db, SOURCE)
-    request = events_request(tmp_path, db, start=D8, end=D10)
+    request = events_request(tmp_path, db, start=D8, end=D10, gates={"allow_row_loss": True})
     run(spark, settings, request)
     first = spark.read.option("versionAsOf", current_version(spark, f"{db}.events")).table(f"{db}.events")
     first_rows = sorted(first.collect())
@@ -103,7 +103,7 @@ def test_missing_target_table_is_an_intake_error(spark, settings, db, tmp_path, 
 
 def test_plan_writes_nothing_and_status_reads_the_ledger(spark, settings, db, tmp_path, capsys):
     make_events(spark, db, SOURCE)
-    request = events_request(tmp_path, db, start=D8, end=D10)
+    request = events_request(tmp_path, db, start=D8, end=D10, gates={"allow_row_loss": True})
     assert main(["plan", str(request)]) == 0
     out = capsys.readouterr().out
     assert "3 x day on dt" in out and "9 rows (from the Delta log)" in out

@@ -1,0 +1,53 @@
+"""rebuild: re-create the whole table from the source; publish swaps it in with one commit that keeps history."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from backfill_lib.ledger import Check
+from backfill_lib.partitions import quote_ident
+from backfill_lib.plan import BackfillPlan, Batch
+from backfill_lib.publish import check_fence, commit_metadata, find_version, user_metadata
+from backfill_lib.schema_guard import ColumnCast
+from backfill_lib.strategies.base import StrategyImpl, verify_partitions
+from backfill_lib.tables import partition_stats
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class Rebuild(StrategyImpl):
+    name = "rebuild"
+
+    def describe(self, plan: BackfillPlan) -> str:
+        return (
+            f"rebuild: the whole table is re-created from {plan.request.source.sql} (new logic or schema) into "
+            f"staging, then swapped in by one CREATE OR REPLACE TABLE ... AS SELECT commit; history is kept, so "
+            f"RESTORE to version {plan.target_version} undoes it; readers see the old or the new table, never neither. "
+            f"All {len(plan.partitions):,} current partitions are touched"
+        )
+
+    def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame) -> dict[str, int]:
+        """Create the staging table from the whole source (it is the run's own table, so replacing it is scoped)."""
+        df.writeTo(plan.staging_table).using("delta").partitionedBy(plan.partition_column).createOrReplace()
+        location = spark.sql(f"DESCRIBE DETAIL {plan.staging_table}").first()["location"]
+        return {k: (s.rows or 0) for k, s in partition_stats(spark, location, plan.partition_column).items() if k}
+
+    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> tuple[int, int]:
+        """``CREATE OR REPLACE TABLE target ... AS SELECT * FROM staging`` keeping the table's properties."""
+        pre = check_fence(spark, plan)
+        properties = spark.sql(f"DESCRIBE DETAIL {plan.target_table}").first()["properties"] or {}
+        tblprops = ""
+        if properties:
+            tblprops = " TBLPROPERTIES (" + ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in properties.items()) + ")"
+        with user_metadata(spark, commit_metadata(plan, "publish")):
+            spark.sql(
+                f"CREATE OR REPLACE TABLE {plan.target_table} USING delta "
+                f"PARTITIONED BY ({quote_ident(plan.partition_column)}){tblprops} "
+                f"AS SELECT * FROM {plan.staging_table}"
+            )
+        return pre, find_version(spark, plan.target_table, plan.run_id, "publish", pre)
+
+    def verify(self, spark: SparkSession, plan: BackfillPlan, version: int) -> list[Check]:
+        return verify_partitions(spark, plan, version, None)
