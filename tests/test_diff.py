@@ -1,0 +1,86 @@
+from datetime import date
+from decimal import Decimal
+
+import pytest
+from pydantic import ValidationError
+from pyspark.sql.types import DateType, DecimalType, IntegerType, StringType, StructField, StructType
+
+from backfill_lib.diff import DiffGate, PartitionDiff, diff_by_key, evaluate
+from backfill_lib.errors import IntakeError
+
+D10, D11 = date(2024, 3, 10), date(2024, 3, 11)
+ROWS = StructType([StructField("id", IntegerType()), StructField("dt", DateType()), StructField("v", IntegerType())])
+
+
+def test_inserted_deleted_updated_unchanged_by_key(spark):
+    current = spark.createDataFrame([(k, D10, k * 10) for k in range(1, 6)], ROWS)
+    staged = spark.createDataFrame([(k, D10, 37 if k == 3 else k * 10) for k in range(2, 7)], ROWS)
+
+    diffs = diff_by_key(staged, current, ["id"], "dt", ["v"])
+
+    # Keys 2, 4 and 5 are on both sides with the same v: three unchanged, so rows before 5 = 1 + 1 + 3.
+    assert diffs == {"2024-03-10": PartitionDiff("2024-03-10", 1, 1, 1, 3, {"v": 1}, {"v": Decimal(7)}, (), 1)}
+    assert (diffs["2024-03-10"].rows_before, diffs["2024-03-10"].rows_after) == (5, 5)
+
+
+def test_no_deletes_gate_fails_naming_the_partition(spark):
+    current = spark.createDataFrame([(k, D10, k) for k in range(1, 6)] + [(9, D11, 9)], ROWS)
+    staged = spark.createDataFrame([(k, D10, k) for k in range(2, 7)] + [(9, D11, 9)], ROWS)
+
+    checks = evaluate(diff_by_key(staged, current, ["id"], "dt"), DiffGate(max_deleted=0, max_inserted=1), batch=2)
+
+    got = [(c.partition, c.name, c.success, c.observed, c.expected, c.message) for c in checks]
+    assert got == [
+        ("2024-03-10", "diff.max_deleted", False, "1", "0", "2024-03-10: 1 deleted keys, at most 0 allowed"),
+        ("2024-03-10", "diff.max_inserted", True, "1", "1", None),
+        ("2024-03-11", "diff.max_deleted", True, "0", "0", None),
+        ("2024-03-11", "diff.max_inserted", True, "0", "1", None),
+    ]
+    assert {(c.kind, c.batch) for c in checks} == {("diff", 2)}
+
+
+def test_null_key_part_on_both_sides_is_unchanged(spark):
+    schema = StructType([StructField("id", IntegerType()), StructField("sub", StringType()),
+                         StructField("dt", DateType()), StructField("v", IntegerType())])
+    rows = [(1, None, D10, 5), (1, "a", D10, 6)]
+    current = spark.createDataFrame(rows, schema)
+    staged = spark.createDataFrame([(1, None, D10, 5), (1, "a", D10, None)], schema)
+
+    d = diff_by_key(staged, current, ["id", "sub"], "dt", ["v"])["2024-03-10"]
+
+    assert (d.inserted, d.deleted, d.updated, d.unchanged) == (0, 0, 1, 1)
+    # A change to NULL is a change, but has no size.
+    assert (d.changed_columns, d.abs_change) == ({"v": 1}, {"v": Decimal(0)})
+
+
+def test_changed_columns_abs_change_and_the_fraction_outside_the_corrected_column(spark):
+    schema = StructType([StructField("id", IntegerType()), StructField("dt", DateType()),
+                         StructField("amount", DecimalType(10, 2)), StructField("note", StringType())])
+    current = spark.createDataFrame(
+        [(1, D10, Decimal("1.00"), "a"), (2, D10, Decimal("2.00"), "b"), (3, D10, Decimal("3.00"), "c"),
+         (4, D10, Decimal("4.00"), "d")], schema)
+    staged = spark.createDataFrame(
+        [(1, D10, Decimal("1.25"), "a"), (2, D10, Decimal("1.50"), "B"), (3, D10, Decimal("3.00"), "C"),
+         (4, D10, Decimal("4.00"), "d")], schema)
+
+    d = diff_by_key(staged, current, ["id"], "dt", corrected_columns=["amount"])["2024-03-10"]
+
+    assert (d.updated, d.unchanged, d.updated_outside) == (3, 1, 2)
+    assert d.changed_columns == {"amount": 2, "note": 2}
+    assert d.abs_change == {"amount": Decimal("0.75")}
+    gate = DiffGate(max_updated_fraction=0.75, allowed_changed_columns=("amount",), max_updated_fraction_outside=0.25)
+    checks = {c.name: c for c in evaluate({"2024-03-10": d}, gate)}
+    assert checks["diff.max_updated_fraction"].success is True  # 3 of 4 is exactly the limit
+    outside = checks["diff.max_updated_fraction_outside"]
+    assert (outside.success, outside.observed) == (False, "0.5")
+    assert outside.message == (
+        "2024-03-10: 2 of 4 rows updated outside the corrected columns (50.00%, in note), at most 25.00% allowed"
+    )
+
+
+def test_a_missing_column_and_a_bad_gate_are_errors(spark):
+    df = spark.createDataFrame([(1, D10, 1)], ROWS)
+    with pytest.raises(IntakeError, match=r"^diff: column 'w' does not exist in the staged rows$"):
+        diff_by_key(df, df, ["id"], "dt", ["w"])
+    with pytest.raises(ValidationError):
+        DiffGate(max_updated_fraction=1.5)
