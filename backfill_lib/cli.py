@@ -145,6 +145,16 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     console.print(table)
 
 
+@app.command()
+def report(run_id: Annotated[str, typer.Argument(help="The run ID.")]) -> None:
+    """Write the run's HTML report and Markdown summary (under the local folder's runs/RUN_ID/)."""
+    from backfill_lib.run_report import write_run_report
+
+    settings = _settings()
+    html, md = write_run_report(_spark(settings), settings, run_id)
+    console.print(f"report: {html}\nsummary: {md}", highlight=False)
+
+
 def _s(v) -> str:
     return "" if v is None else str(v)
 

@@ -10,8 +10,10 @@ Tables, in ``settings.ledger_schema``:
   staging_table, target_version_seen, pre_publish_version, published_version, message, plan_json.
 - ``partitions``: run_id, seq, event_at, partition (Delta partition value), batch, status, rows, attempt,
   started_at, ended_at (UTC), message.
-- ``checks``: run_id, seq, event_at, batch, partition, kind (``expectation``, ``reconciliation``,
-  ``post_publish``), name, success, observed, expected, message.
+- ``checks``: run_id, seq, event_at, batch, partition, kind (``expectation``, ``reconciliation``, ``gate``,
+  ``diff``, ``post_publish``), name, success, observed, expected, message.
+- ``diffs``: run_id, seq, event_at, partition, inserted, deleted, updated, unchanged (rows, staged against the
+  target by key), changed_columns and abs_change (JSON objects: column -> rows changed / sum of |change|).
 """
 
 from __future__ import annotations
@@ -87,7 +89,22 @@ CHECKS_SCHEMA = StructType(
     ]
 )
 
-_SCHEMAS = {"runs": RUNS_SCHEMA, "partitions": PARTITIONS_SCHEMA, "checks": CHECKS_SCHEMA}
+DIFFS_SCHEMA = StructType(
+    [
+        StructField("run_id", StringType(), False),
+        StructField("seq", LongType(), False),
+        StructField("event_at", TimestampType(), False),
+        StructField("partition", StringType()),
+        StructField("inserted", LongType()),
+        StructField("deleted", LongType()),
+        StructField("updated", LongType()),
+        StructField("unchanged", LongType()),
+        StructField("changed_columns", StringType()),
+        StructField("abs_change", StringType()),
+    ]
+)
+
+_SCHEMAS = {"runs": RUNS_SCHEMA, "partitions": PARTITIONS_SCHEMA, "checks": CHECKS_SCHEMA, "diffs": DIFFS_SCHEMA}
 
 
 @dataclass(frozen=True)
@@ -193,6 +210,20 @@ class Ledger:
     def partitions(self, run_id: str) -> list[dict]:
         """The latest record of every partition of ``run_id``, ordered by partition."""
         df = self.spark.table(self.table("partitions")).where(F.col("run_id") == run_id)
+        return [r.asDict() for r in self._latest(df, "partition").orderBy("partition").collect()]
+
+    def record_diffs(self, run_id: str, diffs) -> None:
+        """Append one row per :class:`backfill_lib.diff.PartitionDiff`."""
+        self._append("diffs", [
+            {"run_id": run_id, "partition": d.partition, "inserted": d.inserted, "deleted": d.deleted,
+             "updated": d.updated, "unchanged": d.unchanged, "changed_columns": json.dumps(d.changed_columns),
+             "abs_change": json.dumps({k: str(v) for k, v in d.abs_change.items()})}
+            for d in diffs
+        ])
+
+    def diffs(self, run_id: str) -> list[dict]:
+        """The latest diff of every partition of ``run_id``."""
+        df = self.spark.table(self.table("diffs")).where(F.col("run_id") == run_id)
         return [r.asDict() for r in self._latest(df, "partition").orderBy("partition").collect()]
 
     def checks(self, run_id: str) -> list[dict]:

@@ -126,6 +126,7 @@ class BackfillPlan:
             "batches": [list(b.keys) for b in self.batches],
             "staging_table": self.staging_table,
             "current": asdict(total),
+            "current_rows": {p.key: p.current.rows for p in self.partitions},
             "source_input": asdict(self.source_input),
         }
 

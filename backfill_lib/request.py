@@ -15,7 +15,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from backfill_lib.diff import DiffGate
 from backfill_lib.errors import PartitionError, RequestError
+from backfill_lib.metrics import MetricSpec
 from backfill_lib.partitions import Grain, half_open, zone
 
 _TABLE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){0,2}$")
@@ -99,6 +101,22 @@ class ReconciliationRule(_Frozen):
     tolerance: float = Field(default=0, ge=0)
 
 
+class SourceTable(_Frozen):
+    """A source table and its partition column, for metric profiles."""
+
+    table: str
+    partition_column: str
+
+
+class MetricRule(_Frozen):
+    """Metrics (row, null and NaN counts, exact sums, min/max, checksum) of the staged rows must equal the same
+    metrics of ``source`` per partition, within ``metrics.tolerance``; both sides in one pass each."""
+
+    name: str
+    source: SourceTable
+    metrics: MetricSpec
+
+
 class Gates(_Frozen):
     """Row-count gates per partition, staged rows against the target's current rows.
 
@@ -128,7 +146,10 @@ class BackfillRequest(_Frozen):
     keys: tuple[str, ...] = Field(min_length=1)
     expectations: Path | None = None
     reconciliation: tuple[ReconciliationRule, ...] = ()
+    metric_rules: tuple[MetricRule, ...] = ()
     gates: Gates = Field(default_factory=Gates)
+    diff_gate: DiffGate | None = None
+    report_metric: str | None = None
     delete_missing: bool = False
     batch_size: int | None = Field(default=None, ge=1)
 

@@ -13,14 +13,20 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from rich.console import Console
 
+from backfill_lib.diff import diff_by_key
+from backfill_lib.diff import evaluate as evaluate_diff
 from backfill_lib.errors import BackfillError, GateFailedError, IntakeError, PublishError
 from backfill_lib.gates import row_count_checks
 from backfill_lib.ledger import Check, Ledger, run_record
+from backfill_lib.metrics import compare as compare_metrics
+from backfill_lib.metrics import profile
+from backfill_lib.partitions import range_predicate
 from backfill_lib.plan import BackfillPlan, Batch, build_plan
 from backfill_lib.progress import Reporter
 from backfill_lib.publish import restore
 from backfill_lib.reconcile import reconcile_batch
 from backfill_lib.request import Strategy, load_request
+from backfill_lib.run_report import write_run_report
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.settings import Settings
 from backfill_lib.sources import source_frame, source_input
@@ -157,8 +163,10 @@ class Runner:
             )
             self.ledger.record_run(record, "published")
             reporter.stage(f"published {plan.target_table} version {version} (was {pre})")
+            self.write_report(plan)
             return RunResult(plan, "published", rows, tuple(checks + post), pre, version)
         except GateFailedError:
+            self.write_report(plan)
             raise
         except BackfillError as exc:
             self.ledger.record_run(record, "failed", message=str(exc))
@@ -213,17 +221,56 @@ class Runner:
         runner = SuiteRunner(suite, plan.partition_column) if suite else None
         whole = plan.strategy is Strategy.REBUILD
         checks: list[Check] = []
+        diffs = []
         for batch in plan.batches:
             staged = self.spark.table(plan.staging_table)
+            current = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
             if not whole:
                 staged = staged.where(plan.batch_predicate(batch))
+                current = current.where(plan.batch_predicate(batch))
             if runner:
                 checks += runner.validate(staged, _suite_parameters(plan, batch), batch.index)
             for rule in plan.request.reconciliation:
                 checks += reconcile_batch(self.spark, plan, batch, rule, whole_table=whole)
+            for rule in plan.request.metric_rules:
+                checks += self._metric_rule(plan, batch, rule, staged, whole)
+            batch_diffs = self._diff(plan, staged, current)
+            diffs += batch_diffs.values()
+            if plan.request.diff_gate is not None:
+                checks += evaluate_diff(batch_diffs, plan.request.diff_gate, batch.index)
+        self.ledger.record_diffs(plan.run_id, diffs)
         passed = sum(c.success for c in checks)
         reporter.stage(f"validated: {passed} of {len(checks)} checks passed")
         return checks
+
+    def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged, whole: bool) -> list[Check]:
+        source = self.spark.table(rule.source.table)
+        if not whole:
+            source = source.where(range_predicate(rule.source.partition_column, batch.start, batch.end))
+        src = profile(source, rule.source.partition_column, rule.metrics, where=rule.source.table)
+        stg = profile(staged, plan.partition_column, rule.metrics, where=plan.staging_table)
+        keys = sorted(set(src) | set(stg)) if whole else list(batch.keys)
+        return compare_metrics(src, stg, rule.metrics, keys, rule.name, batch.index)
+
+    def _diff(self, plan: BackfillPlan, staged, current) -> dict:
+        """Staged rows against the target's rows by key; a patch compares only the keys it stages."""
+        if plan.strategy is Strategy.PATCH and not plan.request.delete_missing:
+            on = [current[k].eqNullSafe(staged[k]) for k in plan.request.keys]
+            current = current.join(staged.select(*plan.request.keys), on, "left_semi")
+        shared = [c for c in current.columns if c in staged.columns]
+        if any(k not in shared for k in plan.request.keys):
+            return {}  # a rebuild that renamed a key: nothing to compare by key
+        corrected = plan.request.diff_gate.allowed_changed_columns if plan.request.diff_gate else ()
+        return diff_by_key(staged.select(*shared), current.select(*shared), plan.request.keys, plan.partition_column,
+                           corrected_columns=corrected)
+
+    def write_report(self, plan: BackfillPlan) -> None:
+        """Write the run's report; a failure to write it is logged, never raised over the run's own outcome."""
+        try:
+            html, _ = write_run_report(self.spark, self.settings, plan.run_id)
+            Reporter(self.console, plan.run_id).stage(f"report: {html}")
+        except Exception as exc:  # the report must not mask the run's result
+            Reporter(self.console, plan.run_id).stage(f"report not written: {type(exc).__name__}: {exc}")
 
     def _fail_gate(self, plan: BackfillPlan, record: dict, failures: list[Check]) -> None:
         by_partition: dict[str, list[Check]] = {}

@@ -1,0 +1,101 @@
+"""Assemble a run's report from the ledger and its tables, and write it into the run's folder.
+
+The report (``<home>/runs/<run_id>/report.html`` and ``report.md``) is written at the end of every run that
+reached validation, and again by ``backfill report RUN_ID``. Its chart shows ``request.report_metric`` (a SQL
+aggregate, default ``count(*)``) per partition: before is the target at the version the plan read (time
+travel), after is the staged rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from backfill_lib.ledger import Check, Ledger
+from backfill_lib.report import MetricPoint, PartitionRow, ReportData, write_report
+from backfill_lib.settings import Settings
+
+
+def _per_partition(df, column: str, metric: str) -> dict[str, object]:
+    rows = df.groupBy(F.col(column).cast("string").alias("p")).agg(F.expr(metric).alias("m")).collect()
+    return {r["p"]: r["m"] for r in rows}
+
+
+def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str) -> tuple[MetricPoint, ...]:
+    """``metric`` per partition on the target as the plan saw it and on the run's staging table."""
+    request = plan["request"]
+    column = request["target"]["partition_column"]
+    before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])
+    after_df = spark.table(run["staging_table"]) if spark.catalog.tableExists(run["staging_table"]) else None
+    keys = [k for batch in plan["batches"] for k in batch]
+    if request.get("range"):
+        pred = F.col(column).cast("string").isin(keys)
+        before_df = before_df.where(pred)
+        after_df = after_df.where(pred) if after_df is not None else None
+    before = _per_partition(before_df, column, metric)
+    after = _per_partition(after_df, column, metric) if after_df is not None else {}
+    return tuple(MetricPoint(k, before.get(k), after.get(k)) for k in sorted(set(keys) | set(before) | set(after)))
+
+
+def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str) -> ReportData:
+    """Everything the report shows, from the ledger (run, partitions, checks, diffs) and the tables."""
+    run = ledger.run(run_id)
+    plan = json.loads(run["plan_json"])
+    request = plan["request"]
+    metric = request.get("report_metric") or "count(*)"
+    partitions = {p["partition"]: p for p in ledger.partitions(run_id)}
+    diffs = {d["partition"]: d for d in ledger.diffs(run_id)}
+    checks = tuple(
+        Check(c["kind"], c["name"], c["success"], c["partition"], c["batch"], c["observed"], c["expected"], c["message"])
+        for c in ledger.checks(run_id)
+    )
+    failed = {c.partition for c in checks if not c.success}
+    before_rows = plan.get("current_rows", {})
+    rows = []
+    for key in sorted(set(partitions) | set(diffs) | set(before_rows)):
+        d = diffs.get(key, {})
+        rows.append(
+            PartitionRow(
+                key,
+                before_rows.get(key),
+                (partitions.get(key) or {}).get("rows"),
+                d.get("inserted"), d.get("deleted"), d.get("updated"), d.get("unchanged"),
+                "failed" if key in failed else "passed",
+            )
+        )
+    total = plan["current"]
+    lines = (
+        f"range {plan['range_start']} .. {plan['range_end_exclusive']} (end exclusive), {plan['partitions']} partitions "
+        f"in {len(plan['batches'])} batches",
+        f"target data in range before: {total['files']} files, {total['bytes']} bytes, {total['rows']} rows (Delta log)",
+        f"staging table {run['staging_table']}",
+    ) + ((f"message: {run['message']}",) if run.get("message") else ())
+    return ReportData(
+        run_id=run_id,
+        request_name=run["request_name"],
+        owner=run["owner"],
+        reason=run["reason"],
+        strategy=run["strategy"],
+        target_table=run["target_table"],
+        target_version_seen=run["target_version_seen"],
+        status=run["status"],
+        published_version=run["published_version"],
+        plan_lines=lines,
+        partitions=tuple(rows),
+        checks=checks,
+        metric_name=metric,
+        metric=metric_points(spark, run, plan, metric),
+    )
+
+
+def report_dir(settings: Settings, run_id: str) -> Path:
+    return settings.runs_dir / run_id
+
+
+def write_run_report(spark: SparkSession, settings: Settings, run_id: str) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` for ``run_id``; return their paths."""
+    ledger = Ledger(spark, settings.ledger_schema)
+    return write_report(report_dir(settings, run_id), build_report_data(spark, ledger, run_id))
