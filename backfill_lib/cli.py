@@ -67,8 +67,14 @@ def plan(request: Annotated[str, typer.Argument(help="Request file, e.g. conf/ba
 
 
 @app.command()
-def run(request: Annotated[str, typer.Argument(help="Request file.")]) -> None:
+def run(
+    request: Annotated[str, typer.Argument(help="Request file.")],
+    until: Annotated[Optional[str], typer.Option(help="Stop after this stage: 'validate' keeps staging and the "
+                                                      "report for review; publish later with `backfill publish RUN_ID`.")] = None,
+) -> None:
     """Run a backfill: intake, plan, stage by partition, validate, publish in one commit."""
+    if until not in (None, "validate"):
+        raise typer.BadParameter(f"--until takes 'validate', got '{until}'")
     from backfill_lib.request import load_request
     from backfill_lib.runner import Runner, prepare
 
@@ -79,11 +85,20 @@ def run(request: Annotated[str, typer.Argument(help="Request file.")]) -> None:
     console.print(f"run ID: [bold]{the_plan.run_id}[/bold]", highlight=False)
     runner = Runner(spark, settings, console)
     try:
-        result = runner.run(the_plan, state)
+        result = runner.run(the_plan, state, until=until)
     except GateFailedError as exc:
         _print_failures(exc.failures)
         raise
-    staged = sum(result.rows.values())
+    _print_result(result)
+
+
+def _print_result(result) -> None:
+    the_plan = result.plan
+    staged = sum(v or 0 for v in result.rows.values())
+    if result.status == "validated":
+        console.print(f"run {the_plan.run_id}: validated {len(the_plan.partitions)} partitions ({staged:,} rows); "
+                      f"nothing published. Next: backfill publish {the_plan.run_id}", highlight=False)
+        return
     passed = sum(c.success for c in result.checks)
     console.print(
         f"run {the_plan.run_id}: published {len(the_plan.partitions)} partitions ({staged:,} rows) into "
@@ -91,6 +106,16 @@ def run(request: Annotated[str, typer.Argument(help="Request file.")]) -> None:
         f"{passed} of {len(result.checks)} checks passed",
         highlight=False,
     )
+
+
+@app.command()
+def publish(run_id: Annotated[str, typer.Argument(help="A run stopped with --until validate.")]) -> None:
+    """Publish a validated run, if its gates passed and its partitions have not changed since it was planned."""
+    from backfill_lib.runner import Runner
+
+    settings = _settings()
+    result = Runner(_spark(settings), settings, console).publish_validated(run_id)
+    _print_result(result)
 
 
 def _print_failures(failures) -> None:

@@ -87,6 +87,10 @@ class PublishError(BackfillError):
     exit_code = 4
 
 
+class RolledBackError(PublishError):
+    """The post-publish check failed and the target was restored to its pre-publish version. Exit code 4."""
+
+
 class RunNotFoundError(BackfillError):
     """No run with the given run ID exists in the ledger. Exit code 2."""
 

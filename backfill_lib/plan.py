@@ -127,6 +127,9 @@ class BackfillPlan:
             "staging_table": self.staging_table,
             "current": asdict(total),
             "current_rows": {p.key: p.current.rows for p in self.partitions},
+            "current_partitions": {p.key: asdict(p.current) for p in self.partitions},
+            "target_location": self.target_location,
+            "target_columns": [asdict(c) for c in self.target_columns],
             "source_input": asdict(self.source_input),
         }
 
@@ -200,4 +203,35 @@ def build_plan(
         staging_table=staging_table_name(request.target.table, staging_schema, run_id),
         source_input=source_input,
         target_columns=state.columns,
+    )
+
+
+def plan_from_summary(summary: dict) -> BackfillPlan:
+    """Rebuild the frozen plan a run stored in the ledger (:meth:`BackfillPlan.summary`), for publishing a
+    validated run later or resuming it. The partitions, batches and the target state the plan saw come back
+    exactly; nothing is re-read from the tables."""
+    from backfill_lib.tables import Column
+
+    request = BackfillRequest.model_validate(summary["request"])
+    grain, tz = request.target.grain, request.time_zone
+    stats = summary["current_partitions"]
+    batches = tuple(
+        Batch(i, tuple(PlannedPartition(partition_of_key(k, grain, tz), PartitionStats(**stats[k])) for k in keys))
+        for i, keys in enumerate(summary["batches"])
+    )
+    parts = [p.partition for b in batches for p in b.partitions]
+    bounds = request.bounds() or ((parts[0].start, parts[-1].end) if parts else (None, None))
+    return BackfillPlan(
+        run_id=summary["run_id"],
+        planned_at=summary["planned_at"],
+        request=request,
+        request_path=summary["request_path"],
+        target_location=summary["target_location"],
+        target_version=summary["target_version"],
+        range_start=bounds[0],
+        range_end=bounds[1],
+        batches=batches,
+        staging_table=summary["staging_table"],
+        source_input=SourceInput(**summary["source_input"]),
+        target_columns=tuple(Column(**c) for c in summary["target_columns"]),
     )

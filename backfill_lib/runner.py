@@ -6,6 +6,7 @@ first and only write to the target, one commit, after every gate passed.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -15,13 +16,13 @@ from rich.console import Console
 
 from backfill_lib.diff import diff_by_key
 from backfill_lib.diff import evaluate as evaluate_diff
-from backfill_lib.errors import BackfillError, GateFailedError, IntakeError, PublishError
+from backfill_lib.errors import BackfillError, GateFailedError, IntakeError, PublishError, RolledBackError
 from backfill_lib.gates import row_count_checks
 from backfill_lib.ledger import Check, Ledger, run_record
 from backfill_lib.metrics import compare as compare_metrics
 from backfill_lib.metrics import profile
 from backfill_lib.partitions import range_predicate
-from backfill_lib.plan import BackfillPlan, Batch, build_plan
+from backfill_lib.plan import BackfillPlan, Batch, build_plan, plan_from_summary
 from backfill_lib.progress import Reporter
 from backfill_lib.publish import restore
 from backfill_lib.reconcile import reconcile_batch
@@ -118,8 +119,9 @@ class Runner:
         self.console = console
         self.ledger = Ledger(spark, settings.ledger_schema)
 
-    def run(self, plan: BackfillPlan, state: TableState) -> RunResult:
-        """Stage, validate and publish ``plan``.
+    def run(self, plan: BackfillPlan, state: TableState, until: str | None = None) -> RunResult:
+        """Stage, validate and publish ``plan``; with ``until="validate"`` stop after validation (status
+        ``validated``, staging and the report kept) for :meth:`publish_validated` to finish later.
 
         Raises
         ------
@@ -146,31 +148,74 @@ class Runner:
             if failures:
                 self._fail_gate(plan, record, failures)
             record = self.ledger.record_run(record, "validated")
-            reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
-            pre, version = strategy.publish(self.spark, plan, casts)
-            record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version)
-            post = strategy.verify(self.spark, plan, version)
-            self.ledger.record_checks(plan.run_id, post)
-            bad = [c for c in post if not c.success]
-            if bad:
-                restored = restore(self.spark, plan, plan.target_table, pre)
-                message = f"post-publish check failed, restored version {pre} as version {restored}: {bad[0].describe()}"
-                self.ledger.record_run(record, "rolled_back", message=message)
-                raise PublishError(f"table {plan.target_table}: {message}")
-            self.ledger.record_partitions(
-                plan.run_id,
-                [{"partition": p.key, "status": "published", "rows": rows.get(p.key), "ended_at": _utc()} for p in plan.partitions],
-            )
-            self.ledger.record_run(record, "published")
-            reporter.stage(f"published {plan.target_table} version {version} (was {pre})")
-            self.write_report(plan)
-            return RunResult(plan, "published", rows, tuple(checks + post), pre, version)
+            if until == "validate":
+                reporter.stage(f"validated; review the report, then: backfill publish {plan.run_id}")
+                self.write_report(plan)
+                return RunResult(plan, "validated", rows, tuple(checks))
+            return self._publish(plan, record, casts, rows, checks, reporter)
         except GateFailedError:
             self.write_report(plan)
+            raise
+        except RolledBackError:
             raise
         except BackfillError as exc:
             self.ledger.record_run(record, "failed", message=str(exc))
             raise
+
+    def publish_validated(self, run_id: str) -> RunResult:
+        """Publish a run stopped after validation, if its gates passed and the target's range has not changed.
+
+        Raises
+        ------
+        PublishError
+            When the run is not in status ``validated``.
+        FenceError
+            When a commit changed the run's partitions after the plan read them.
+        """
+        self.ledger.ensure()
+        record = self.ledger.run(run_id)
+        if record["status"] != "validated":
+            raise PublishError(f"run {run_id} is {record['status']}; only a validated run can be published")
+        plan = plan_from_summary(json.loads(record["plan_json"]))
+        staged = tuple(Column(f.name, f.dataType.simpleString(), f.nullable)
+                       for f in self.spark.table(plan.staging_table).schema.fields)
+        if plan.strategy is Strategy.REBUILD:
+            casts = tuple(ColumnCast(c.name, c.type, False) for c in staged)
+        else:
+            casts = align(staged, plan.target_columns, plan.staging_table, plan.request.keys)
+        rows = {p["partition"]: p["rows"] for p in self.ledger.partitions(run_id)}
+        checks = [Check(c["kind"], c["name"], c["success"], c["partition"], c["batch"], c["observed"], c["expected"],
+                        c["message"]) for c in self.ledger.checks(run_id)]
+        try:
+            return self._publish(plan, record, casts, rows, checks, Reporter(self.console, run_id))
+        except RolledBackError:
+            raise
+        except BackfillError as exc:
+            self.ledger.record_run(record, "failed", message=str(exc))
+            raise
+
+    def _publish(self, plan: BackfillPlan, record: dict, casts, rows: dict[str, int], checks: list[Check],
+                 reporter: Reporter) -> RunResult:
+        strategy = strategy_for(plan.strategy)
+        reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
+        pre, version = strategy.publish(self.spark, plan, casts)
+        record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version)
+        post = strategy.verify(self.spark, plan, version)
+        self.ledger.record_checks(plan.run_id, post)
+        bad = [c for c in post if not c.success]
+        if bad:
+            restored = restore(self.spark, plan, plan.target_table, pre)
+            message = f"post-publish check failed, restored version {pre} as version {restored}: {bad[0].describe()}"
+            self.ledger.record_run(record, "rolled_back", message=message)
+            raise RolledBackError(f"table {plan.target_table}: {message}")
+        self.ledger.record_partitions(
+            plan.run_id,
+            [{"partition": p.key, "status": "published", "rows": rows.get(p.key), "ended_at": _utc()} for p in plan.partitions],
+        )
+        self.ledger.record_run(record, "published")
+        reporter.stage(f"published {plan.target_table} version {version} (was {pre})")
+        self.write_report(plan)
+        return RunResult(plan, "published", rows, tuple(checks + post), pre, version)
 
     def _gate_row_counts(self, plan: BackfillPlan, rows: dict[str, int]) -> list[Check]:
         if not strategy_for(plan.strategy).replaces_partitions:

@@ -95,7 +95,11 @@ class SuiteRunner:
         logging.getLogger("great_expectations").setLevel(logging.WARNING)
         self.loaded = loaded
         self.partition_column = partition_column
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
         context = gx.get_context(mode="ephemeral")
+        # GX draws a tqdm bar per validation on stderr; the run reports its own progress.
+        context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         asset = context.data_sources.add_spark("backfill").add_dataframe_asset("staged")
         self.batch_definition = asset.add_batch_definition_whole_dataframe("batch")
 

@@ -79,7 +79,7 @@ def test_reconciliation_mismatch_names_partition_and_values(spark, settings, db,
     make_events(spark, db, [(3, D9, 30), (4, D9, 40)])
     sql = f"SELECT id, dt, v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end AND id <> 4"
     with pytest.raises(GateFailedError) as err:
-        run(spark, settings, events_request(tmp_path, db, sql=sql, reconcile=True))
+        run(spark, settings, events_request(tmp_path, db, sql=sql, reconcile=True, gates={"allow_row_loss": True}))
     assert ("reconciliation rows_equal_source failed on partition 2024-03-09: staged count(*) = 1, "
             f"source {db}.events_src count(*) = 2") in str(err.value)
     assert current_version(spark, f"{db}.events") == 0
