@@ -94,7 +94,15 @@ def run(
 
 def _print_result(result) -> None:
     the_plan = result.plan
+    report_html = _settings().runs_dir / the_plan.run_id / "report.html"
+    if report_html.exists():
+        console.print(f"report: {report_html}", highlight=False)
     staged = sum(v or 0 for v in result.rows.values())
+    if result.status == "unchanged":
+        console.print(f"run {the_plan.run_id}: the staged rows equal the target's in all {len(the_plan.partitions)} "
+                      f"partitions; nothing to publish, {the_plan.target_table} stays at version "
+                      f"{the_plan.target_version}", highlight=False)
+        return
     if result.status == "validated":
         console.print(f"run {the_plan.run_id}: validated {len(the_plan.partitions)} partitions ({staged:,} rows); "
                       f"nothing published. Next: backfill publish {the_plan.run_id}", highlight=False)
@@ -192,8 +200,9 @@ def demo(reset: Annotated[bool, typer.Option(help="Drop and rebuild the demo tab
     settings = _settings()
     result = setup_demo(_spark(settings), settings, reset=reset)
     console.print(f"demo.flights: {result.flights} ({result.flights_rows:,} rows)", highlight=False)
-    console.print(f"demo.daily_route_delays: {result.daily} ({result.daily_rows:,} rows; Q1 arrival delays defective)",
-                  highlight=False)
+    state = ("Q1 arrival delays defective" if result.daily == "created"
+             else "left as it is: if a backfill fixed it, `backfill demo --reset` restores the defect")
+    console.print(f"demo.daily_route_delays: {result.daily} ({result.daily_rows:,} rows; {state})", highlight=False)
     console.print("next: backfill plan conf/backfills/fix_daily_route_delays.yml  then  "
                   "backfill run conf/backfills/fix_daily_route_delays.yml", highlight=False)
 

@@ -63,7 +63,7 @@ def explain(plan: BackfillPlan) -> Group:
         ("staging table", plan.staging_table),
         ("expectation suite", str(r.expectations or "none")),
         ("reconciliation", ", ".join(rule.name for rule in r.reconciliation) or "none"),
-        ("run ID (if run now)", plan.run_id),
+        ("plan ID", f"{plan.run_id} (`backfill run` plans again and gets its own run ID)"),
     ]:
         head.add_row(label, value)
     table = Table(title="Partitions touched (current target, from the Delta log)", title_justify="left")

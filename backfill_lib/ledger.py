@@ -208,9 +208,16 @@ class Ledger:
         return rows[0].asDict()
 
     def partitions(self, run_id: str) -> list[dict]:
-        """The latest record of every partition of ``run_id``, ordered by partition."""
+        """Every partition of ``run_id``, ordered by partition: status, rows and message of its latest event;
+        batch and attempt of its latest event that had them; first start and last end over its events."""
         df = self.spark.table(self.table("partitions")).where(F.col("run_id") == run_id)
-        return [r.asDict() for r in self._latest(df, "partition").orderBy("partition").collect()]
+        latest = {c: F.max_by(c, "seq").alias(c) for c in ("status", "message", "seq", "event_at")}
+        when_set = {c: F.max_by(c, F.when(F.col(c).isNotNull(), F.col("seq"))).alias(c) for c in ("batch", "attempt", "rows")}
+        folded = df.groupBy("run_id", "partition").agg(
+            *latest.values(), *when_set.values(),
+            F.min("started_at").alias("started_at"), F.max("ended_at").alias("ended_at"),
+        )
+        return [r.asDict() for r in folded.orderBy("partition").collect()]
 
     def record_diffs(self, run_id: str, diffs) -> None:
         """Append one row per :class:`backfill_lib.diff.PartitionDiff`."""

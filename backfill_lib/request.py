@@ -190,6 +190,17 @@ class BackfillRequest(_Frozen):
         return half_open(self.range.start, self.range.end, self.target.grain, self.time_zone)
 
 
+def _describe(err: dict) -> str:
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "enum":
+        msg = f"{msg}, got '{err['input']}'"
+    field = _field_of(err)
+    named = re.match(r"^(\w+): (.*)$", msg)
+    if not field and named:  # a whole-model check names its field as a prefix
+        field, msg = named.groups()
+    return f"field '{field or 'request'}': {msg}"
+
+
 def _field_of(err: dict) -> str:
     return ".".join(str(p) for p in err["loc"])
 
@@ -219,15 +230,9 @@ def load_request(path: str | Path) -> BackfillRequest:
     try:
         request = BackfillRequest.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "enum":
-            msg = f"{msg}, got '{err['input']}'"
-        field = _field_of(err)
-        named = re.match(r"^(\w+): (.*)$", msg)
-        if not field and named:  # a whole-model check names its field as a prefix
-            field, msg = named.groups()
-        raise RequestError(f"{path}: field '{field or 'request'}': {msg}") from exc
+        # A misspelt key shows as an unknown field plus a missing one: name the unknown (the typo) first.
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        raise RequestError(f"{path}: " + "; ".join(_describe(e) for e in errors[:3])) from exc
     for field, file in (("source.sql", request.source.sql), ("expectations", request.expectations)):
         if file is not None and not Path(file).is_file():
             raise RequestError(f"{path}: field '{field}': file {file} not found")

@@ -99,6 +99,23 @@ def check_source_schema(spark: SparkSession, plan: BackfillPlan, state: TableSta
     return tuple(ColumnCast(c.name, c.type, False) for c in columns)
 
 
+def _nothing_changes(plan: BackfillPlan, casts, rows: dict[str, int], diffs) -> bool:
+    """True when publishing would rewrite rows identical to the target's: every planned partition's diff has no
+    insert, delete or update (or the partition is empty on both sides). Rebuilds always publish (a rebuild may
+    change the schema or table properties), as do runs that add a column."""
+    if plan.strategy is Strategy.REBUILD or any(c.new for c in casts):
+        return False
+    by_key = {d.partition: d for d in diffs}
+    for p in plan.partitions:
+        d = by_key.get(p.key)
+        if d is None:
+            if rows.get(p.key, 0) or p.current.rows:
+                return False
+        elif d.inserted or d.deleted or d.updated:
+            return False
+    return True
+
+
 def _suite_parameters(plan: BackfillPlan, batch: Batch) -> dict[str, object]:
     parts = plan.partitions
     return {
@@ -142,11 +159,19 @@ class Runner:
             record = self.ledger.record_run(record, "staging")
             rows = self._stage(plan, casts, reporter)
             record = self.ledger.record_run(record, "staged")
-            checks = self._gate_row_counts(plan, rows) + self._validate(plan, suite, reporter)
+            validated, diffs = self._validate(plan, suite, reporter)
+            checks = self._gate_row_counts(plan, rows) + validated
             self.ledger.record_checks(plan.run_id, checks)
             failures = [c for c in checks if not c.success]
             if failures:
                 self._fail_gate(plan, record, failures)
+            if _nothing_changes(plan, casts, rows, diffs):
+                self.ledger.record_partitions(plan.run_id, [{"partition": p.key, "status": "unchanged", "rows": rows.get(p.key)}
+                                                            for p in plan.partitions])
+                self.ledger.record_run(record, "unchanged", message="staged rows equal the target's; no commit")
+                reporter.stage(f"staged rows equal {plan.target_table}'s in every partition: nothing to publish")
+                self.write_report(plan)
+                return RunResult(plan, "unchanged", rows, tuple(checks))
             record = self.ledger.record_run(record, "validated")
             if until == "validate":
                 reporter.stage(f"validated; review the report, then: backfill publish {plan.run_id}")
@@ -286,7 +311,7 @@ class Runner:
         self.ledger.record_diffs(plan.run_id, diffs)
         passed = sum(c.success for c in checks)
         reporter.stage(f"validated: {passed} of {len(checks)} checks passed")
-        return checks
+        return checks, diffs
 
     def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged, whole: bool) -> list[Check]:
         source = self.spark.table(rule.source.table)

@@ -92,7 +92,8 @@ class SuiteRunner:
 
         import great_expectations as gx
 
-        logging.getLogger("great_expectations").setLevel(logging.WARNING)
+        for name in ("great_expectations", "great_expectations.data_context.types.base"):
+            logging.getLogger(name).setLevel(logging.WARNING)
         self.loaded = loaded
         self.partition_column = partition_column
         from great_expectations.data_context.types.base import ProgressBarsConfig

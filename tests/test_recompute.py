@@ -54,9 +54,12 @@ def test_running_twice_leaves_identical_contents(spark, settings, db, tmp_path):
     run(spark, settings, request)
     first = spark.read.option("versionAsOf", current_version(spark, f"{db}.events")).table(f"{db}.events")
     first_rows = sorted(first.collect())
-    run(spark, settings, request)
+    version = current_version(spark, f"{db}.events")
+    second = run(spark, settings, request)
     assert sorted(spark.table(f"{db}.events").collect()) == first_rows
     assert len(first_rows) == 5  # 2024-03-08 had no source rows: recompute emptied it
+    assert second.status == "unchanged"  # identical rows: no empty commit
+    assert current_version(spark, f"{db}.events") == version
 
 
 def test_duplicate_key_fails_validation_and_changes_nothing(spark, settings, db, tmp_path, capsys):

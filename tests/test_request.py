@@ -92,3 +92,12 @@ def test_missing_file_and_non_mapping(tmp_path):
     (tmp_path / "list.yml").write_text("- a\n- b\n")
     with pytest.raises(RequestError, match=r"list.yml: expected a mapping of request fields, got list"):
         load_request(tmp_path / "list.yml")
+
+
+def test_a_misspelt_key_is_named_first(tmp_path):
+    target = {"table": "db.events", "partiton_column": "dt", "grain": "day"}
+    path = write_request(tmp_path / "r.yml", **valid(tmp_path, target=target))
+    with pytest.raises(RequestError) as err:
+        load_request(path)
+    assert str(err.value) == (f"{path}: field 'target.partiton_column': Extra inputs are not permitted; "
+                              "field 'target.partition_column': Field required")
