@@ -134,6 +134,16 @@ class BackfillPlan:
         }
 
 
+def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str) -> dict[str, PartitionStats]:
+    """Delta's partition values keyed as the plan keys them. Day and month values already match; Delta writes
+    timestamp values as UTC (``2024-03-10T07:00:00.000000Z``), which become local keys of the request's zone."""
+    from backfill_lib.partitions import Grain
+
+    if grain is not Grain.HOUR:
+        return partitions
+    return {partition_of_key(k, grain, time_zone).key: v for k, v in partitions.items() if k is not None}
+
+
 def new_run_id(now: datetime) -> str:
     """``bf_YYYYMMDD_HHMMSS_xxxxxx``: UTC time of planning plus 6 random hex digits; safe in table names."""
     return f"bf_{now.astimezone(timezone.utc):%Y%m%d_%H%M%S}_{secrets.token_hex(3)}"
@@ -179,12 +189,13 @@ def build_plan(
     grain, tz = request.target.grain, request.time_zone
     bounds = request.bounds()
     if bounds is None:
-        parts = sorted(partition_of_key(k, grain, tz) for k in state.partitions if k is not None)
+        parts = sorted({partition_of_key(k, grain, tz) for k in state.partitions if k is not None})
         start, end = (parts[0].start, parts[-1].end) if parts else (None, None)
     else:
         start, end = bounds
         parts = enumerate_partitions(start, end, grain, tz)
-    planned = [PlannedPartition(p, state.partitions.get(p.key, PartitionStats())) for p in parts]
+    current = stats_by_key(state.partitions, grain, tz)
+    planned = [PlannedPartition(p, current.get(p.key, PartitionStats())) for p in parts]
     size = len(planned) or 1 if request.strategy is Strategy.REBUILD else request.batch_size or batch_size
     batches = tuple(
         Batch(i, tuple(planned[j : j + size])) for i, j in enumerate(range(0, len(planned), size))

@@ -68,7 +68,11 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
             f"table {plan.target_table} changed since the plan read version {plan.target_version} "
             f"(now version {now_version}); a rebuild replaces the whole table, so nothing was published"
         )
-    now = partition_stats(spark, plan.target_location, plan.partition_column)
+    from backfill_lib.plan import stats_by_key
+
+    request = plan.request
+    now = stats_by_key(partition_stats(spark, plan.target_location, plan.partition_column),
+                       request.target.grain, request.time_zone)
     empty = PartitionStats()
     changed = [p.key for p in plan.partitions if now.get(p.key, empty).fingerprint != p.current.fingerprint]
     if changed:

@@ -120,3 +120,22 @@ def test_schema_alignment_widens_and_refuses():
     strict = (Column("id", "bigint", nullable=False),) + target[1:]
     with pytest.raises(SchemaMismatchError, match="key column id is nullable in the source but NOT NULL in the target"):
         align(source, strict, "s.sql", keys=("id",))
+
+
+def test_hour_grain_cost_reads_deltas_utc_partition_values(tmp_path):
+    from backfill_lib.request import BackfillRequest
+
+    request = BackfillRequest(
+        name="h", owner="o", reason="r", strategy="recompute", keys=("id",), time_zone="America/New_York",
+        target={"table": "db.hits", "partition_column": "h", "grain": "hour"},
+        range={"start": "2024-03-10", "end": "2024-03-10"}, source={"sql": "x.sql"},
+    )
+    hits = TableState("db.hits", "file:/x", 3, (Column("id", "int"), Column("h", "timestamp")), ("h",),
+                      {"2024-03-10T07:00:00.000000Z": PartitionStats(1, 100, 5, "f"),
+                       "2024-03-11T07:00:00.000000Z": PartitionStats(1, 100, 9, "g")})
+    plan = build_plan(request, hits, request_path="r", staging_schema="s", batch_size=24, now=NOW, run_id="bf_h")
+    assert len(plan.partitions) == 23  # spring forward: the local day has 23 hours
+    rows = {p.key: p.current.rows for p in plan.partitions if p.current.rows}
+    assert rows == {"2024-03-10T03:00:00-04:00": 5}  # 07:00 UTC; the 11th is outside the range
+    assert plan.predicate() == ("(`h` >= TIMESTAMP'2024-03-10 05:00:00+00:00' AND "
+                                "`h` < TIMESTAMP'2024-03-11 04:00:00+00:00')")
