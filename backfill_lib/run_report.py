@@ -40,7 +40,7 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str) -> tu
     return tuple(MetricPoint(k, before.get(k), after.get(k)) for k in sorted(set(keys) | set(before) | set(after)))
 
 
-def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str) -> ReportData:
+def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str, docs: Path | None = None) -> ReportData:
     """Everything the report shows, from the ledger (run, partitions, checks, diffs) and the tables."""
     run = ledger.run(run_id)
     plan = json.loads(run["plan_json"])
@@ -88,6 +88,7 @@ def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str) -> Repor
         checks=checks,
         metric_name=metric,
         metric=metric_points(spark, run, plan, metric),
+        data_docs=docs,
     )
 
 
@@ -98,4 +99,6 @@ def report_dir(settings: Settings, run_id: str) -> Path:
 def write_run_report(spark: SparkSession, settings: Settings, run_id: str) -> tuple[Path, Path]:
     """Write ``report.html`` and ``report.md`` for ``run_id``; return their paths."""
     ledger = Ledger(spark, settings.ledger_schema)
-    return write_report(report_dir(settings, run_id), build_report_data(spark, ledger, run_id))
+    folder = report_dir(settings, run_id)
+    docs = Path("data_docs/index.html") if (folder / "data_docs" / "index.html").exists() else None
+    return write_report(folder, build_report_data(spark, ledger, run_id, docs))

@@ -288,7 +288,8 @@ class Runner:
         return rows
 
     def _validate(self, plan: BackfillPlan, suite, reporter: Reporter) -> list[Check]:
-        runner = SuiteRunner(suite, plan.partition_column) if suite else None
+        results_dir = self.settings.runs_dir / plan.run_id
+        runner = SuiteRunner(suite, plan.partition_column, results_dir) if suite else None
         whole = plan.strategy is Strategy.REBUILD
         checks: list[Check] = []
         diffs = []

@@ -85,9 +85,14 @@ def _raised(result: Any) -> str | None:
 
 
 class SuiteRunner:
-    """Runs one loaded suite on Spark DataFrames through an ephemeral GX context."""
+    """Runs one loaded suite on Spark DataFrames through an ephemeral GX context.
 
-    def __init__(self, loaded: LoadedSuite, partition_column: str):
+    With ``results_dir``, every validation goes through a GX Checkpoint whose ``UpdateDataDocsAction`` builds
+    GX Data Docs (HTML, ``results_dir/data_docs/index.html``), and each result is kept as JSON
+    (``results_dir/validation/batch_<n>.json``).
+    """
+
+    def __init__(self, loaded: LoadedSuite, partition_column: str, results_dir: Path | None = None):
         import logging
 
         import great_expectations as gx
@@ -103,6 +108,31 @@ class SuiteRunner:
         context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         asset = context.data_sources.add_spark("backfill").add_dataframe_asset("staged")
         self.batch_definition = asset.add_batch_definition_whole_dataframe("batch")
+        self.results_dir = results_dir
+        self.result_format = {"result_format": "COMPLETE", "unexpected_index_column_names": [partition_column]}
+        self.checkpoint = None
+        if results_dir is not None:
+            from great_expectations.checkpoint import UpdateDataDocsAction
+
+            context.add_data_docs_site(
+                site_name="run",
+                site_config={
+                    "class_name": "SiteBuilder",
+                    "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                    "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                                      "base_directory": str(results_dir / "data_docs")},
+                },
+            )
+            suite = context.suites.add(gx.ExpectationSuite(name=loaded.suite.name,
+                                                           expectations=loaded.suite.expectations))
+            definition = context.validation_definitions.add(
+                gx.ValidationDefinition(name="staged", data=self.batch_definition, suite=suite)
+            )
+            self.checkpoint = context.checkpoints.add(
+                gx.Checkpoint(name="backfill", validation_definitions=[definition],
+                              actions=[UpdateDataDocsAction(name="data_docs", site_names=["run"])],
+                              result_format=self.result_format)
+            )
 
     def validate(self, df: DataFrame, parameters: dict[str, Any], batch: int | None = None) -> list[Check]:
         """Validate ``df``; return one :class:`Check` per expectation and failing partition.
@@ -111,12 +141,16 @@ class SuiteRunner:
         holding unexpected rows (``observed`` is that partition's count of unexpected rows), or one batch-level
         check when GX cannot point at rows (for example a missing column, which GX reports as an exception).
         """
-        gx_batch = self.batch_definition.get_batch(batch_parameters={"dataframe": df})
-        result = gx_batch.validate(
-            self.loaded.suite,
-            expectation_parameters=parameters,
-            result_format={"result_format": "COMPLETE", "unexpected_index_column_names": [self.partition_column]},
-        )
+        if self.checkpoint is not None:
+            run = self.checkpoint.run(batch_parameters={"dataframe": df}, expectation_parameters=parameters)
+            result = next(iter(run.run_results.values()))
+            out = self.results_dir / "validation" / f"batch_{batch}.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(result.describe())
+        else:
+            gx_batch = self.batch_definition.get_batch(batch_parameters={"dataframe": df})
+            result = gx_batch.validate(self.loaded.suite, expectation_parameters=parameters,
+                                       result_format=self.result_format)
         checks: list[Check] = []
         for r in result.results:
             name = _expectation_name(r.expectation_config)

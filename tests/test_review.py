@@ -22,8 +22,11 @@ def runner(spark, settings):
 def test_diff_gate_blocks_deletes_and_the_report_shows_why(spark, settings, db, tmp_path):
     table(spark, f"{db}.t", ID_DT_AMT, [(i, D9, i * 10) for i in range(1, 6)])
     table(spark, f"{db}.s", ID_DT_AMT, [(i, D9, 99 if i == 3 else i * 10) for i in range(2, 7)])
+    suite = tmp_path / "suite.json"
+    suite.write_text('{"name": "t", "expectations": [{"type": "expect_column_values_to_not_be_null", '
+                     '"kwargs": {"column": "id"}}]}')
     path = request(tmp_path, f"{db}.t", f"SELECT * FROM {db}.s WHERE dt >= :range_start AND dt < :range_end",
-                   diff_gate={"max_deleted": 0}, report_metric="sum(amt)")
+                   diff_gate={"max_deleted": 0}, report_metric="sum(amt)", expectations=str(suite))
     plan, state = prepare(spark, settings, path)
     with pytest.raises(GateFailedError, match=r"2024-03-09: 1 deleted keys, at most 0 allowed"):
         runner(spark, settings).run(plan, state)
@@ -33,6 +36,10 @@ def test_diff_gate_blocks_deletes_and_the_report_shows_why(spark, settings, db, 
     html = (settings.runs_dir / plan.run_id / "report.html").read_text()
     assert plan.run_id in html and "<svg" in html and "2024-03-09" in html
     assert "1 deleted keys, at most 0 allowed" in html
+    assert 'href="data_docs/index.html"' in html
+    assert (settings.runs_dir / plan.run_id / "data_docs" / "index.html").exists()  # GX Data Docs
+    kept = (settings.runs_dir / plan.run_id / "validation" / "batch_0.json").read_text()
+    assert "expect_column_values_to_not_be_null" in kept and '"success": true' in kept
     markdown = (settings.runs_dir / plan.run_id / "report.md").read_text()
     assert "| 2024-03-09 | 5 |" in markdown  # rows before
 
