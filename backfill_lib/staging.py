@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.errors import StrayRowsError
-from backfill_lib.plan import BackfillPlan, Batch
+from backfill_lib.plan import BackfillPlan, Batch, stats_by_key
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.tables import Column, partition_stats
 
@@ -70,5 +70,6 @@ def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataF
             f"[{batch.keys[0]} .. {batch.keys[-1]}] of {plan.target_table}: partition {listed}{more}; nothing written"
         ) from exc
     location = spark.sql(f"DESCRIBE DETAIL {plan.staging_table}").collect()[0]["location"]
-    stats = partition_stats(spark, location, plan.partition_column)
+    target = plan.request.target
+    stats = stats_by_key(partition_stats(spark, location, plan.partition_column), target.grain, plan.request.time_zone)
     return {key: (stats[key].rows or 0) if key in stats else 0 for key in batch.keys}

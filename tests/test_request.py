@@ -101,3 +101,11 @@ def test_a_misspelt_key_is_named_first(tmp_path):
         load_request(path)
     assert str(err.value) == (f"{path}: field 'target.partiton_column': Extra inputs are not permitted; "
                               "field 'target.partition_column': Field required")
+
+
+@pytest.mark.parametrize("name, strategy", [("patch_jfk_route_delays", "patch"),
+                                            ("rebuild_daily_route_delays_v2", "rebuild")])
+def test_the_example_requests_load(name, strategy):
+    request = load_request(f"conf/backfills/{name}.yml")
+    assert request.strategy.value == strategy
+    assert (request.range is None) == (strategy == "rebuild")
