@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -150,7 +150,6 @@ class Runner:
             Any other intake or staging error; the run is recorded ``failed`` with the message.
         """
         reporter = Reporter(self.console, plan.run_id)
-        strategy = strategy_for(plan.strategy)
         self.ledger.ensure()
         record = self.ledger.record_run(run_record(plan), "planned")
         try:

@@ -1,5 +1,5 @@
 import dataclasses
-from datetime import date, datetime, timezone
+from datetime import datetime, timezone
 
 import pytest
 

@@ -1,4 +1,3 @@
-import dataclasses
 from datetime import date
 
 import pydantic

@@ -5,7 +5,7 @@ from datetime import date
 
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql.types import DateType, IntegerType, StringType, StructField, StructType
+from pyspark.sql.types import DateType, IntegerType, StructField, StructType
 from rich.console import Console
 
 from backfill_lib.errors import DuplicateKeyError, GateFailedError, SchemaMismatchError
