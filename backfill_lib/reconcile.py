@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.ledger import Check
@@ -18,16 +18,15 @@ from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.request import ReconciliationRule
 
 
+def metric_per_partition(df: DataFrame, column: str, metric: str) -> dict[str, object]:
+    """``metric`` (a SQL aggregate expression) of ``df`` per value of ``column``, keyed by that value as a string."""
+    rows = df.groupBy(F.col(column).cast("string").alias("p")).agg(F.expr(metric).alias("m")).collect()
+    return {r["p"]: r["m"] for r in rows}
+
+
 def _per_partition(spark: SparkSession, table: str, column: str, metric: str, predicate: str | None) -> dict[str, object]:
     df = spark.table(table)
-    if predicate is not None:
-        df = df.where(predicate)
-    rows = (
-        df.groupBy(F.col(column).cast("string").alias("p"))
-        .agg(F.expr(metric).alias("m"))
-        .collect()
-    )
-    return {r["p"]: r["m"] for r in rows}
+    return metric_per_partition(df if predicate is None else df.where(predicate), column, metric)
 
 
 def _differs(staged: object, source: object, tolerance: float) -> bool:

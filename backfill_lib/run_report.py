@@ -15,13 +15,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.ledger import Check, Ledger
+from backfill_lib.reconcile import metric_per_partition
 from backfill_lib.report import MetricPoint, PartitionRow, ReportData, write_report
 from backfill_lib.settings import Settings
-
-
-def _per_partition(df, column: str, metric: str) -> dict[str, object]:
-    rows = df.groupBy(F.col(column).cast("string").alias("p")).agg(F.expr(metric).alias("m")).collect()
-    return {r["p"]: r["m"] for r in rows}
 
 
 def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str) -> tuple[MetricPoint, ...]:
@@ -35,8 +31,8 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str) -> tu
         pred = F.col(column).cast("string").isin(keys)
         before_df = before_df.where(pred)
         after_df = after_df.where(pred) if after_df is not None else None
-    before = _per_partition(before_df, column, metric)
-    after = _per_partition(after_df, column, metric) if after_df is not None else {}
+    before = metric_per_partition(before_df, column, metric)
+    after = metric_per_partition(after_df, column, metric) if after_df is not None else {}
     return tuple(MetricPoint(k, before.get(k), after.get(k)) for k in sorted(set(keys) | set(before) | set(after)))
 
 

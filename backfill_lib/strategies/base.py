@@ -64,7 +64,10 @@ def verify_partitions(spark: SparkSession, plan: BackfillPlan, version: int, pre
     published = partition_fingerprints(published_df, plan.partition_column)
     staged = partition_fingerprints(staged_df, plan.partition_column)
     checks = []
-    for key in sorted(set(published) | set(staged) | {p.key for p in plan.partitions} if predicate else set(published) | set(staged)):
+    keys = set(published) | set(staged)
+    if predicate is not None:  # a planned partition that is empty on both sides is still reported
+        keys |= {p.key for p in plan.partitions}
+    for key in sorted(keys):
         a, b = published.get(key, (0, None)), staged.get(key, (0, None))
         ok = a == b
         checks.append(
