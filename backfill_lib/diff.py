@@ -21,6 +21,7 @@ from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, Inte
 
 from backfill_lib.errors import BackfillError, IntakeError
 from backfill_lib.ledger import Check
+from backfill_lib.partition_keys import PartitionKeys, keys_of
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def diff_by_key(
     staged: DataFrame,
     current: DataFrame,
     keys: Sequence[str],
-    partition_column: str,
+    partition_column: str | PartitionKeys,
     value_columns: Sequence[str] | None = None,
     *,
     corrected_columns: Sequence[str] = (),
@@ -81,8 +82,9 @@ def diff_by_key(
     keys : sequence of str
         Key columns, compared NULL-safely. The partition column is always added to the join, so a key that
         moves partitions counts as deleted from one and inserted into the other.
-    partition_column : str
-        Its value cast to string is the partition key (``YYYY-MM-DD`` for dates).
+    partition_column : str or PartitionKeys
+        The partition column, or its :class:`PartitionKeys`; results are keyed as the plan keys partitions (a
+        bare name is a ``DATE`` column keyed ``YYYY-MM-DD``).
     value_columns : sequence of str, optional
         Columns compared on matched keys (NULL-safely, so NULL = NULL is unchanged). Default: every column
         of ``current`` that is neither a key nor the partition column.
@@ -99,6 +101,8 @@ def diff_by_key(
     IntakeError
         A key, partition or value column is missing on one side (the message names the column and side).
     """
+    keying = keys_of(partition_column)
+    partition_column = keying.column
     keys = list(dict.fromkeys([*keys, partition_column]))
     if value_columns is None:
         value_columns = [c for c in current.columns if c not in keys]
@@ -135,11 +139,13 @@ def diff_by_key(
         if change is not None:
             numeric[c] = f"a{i}"
             aggs.append(F.sum(F.when(changed[c], change)).alias(f"a{i}"))
-    part = F.coalesce(F.col(f"s{p}"), F.col(f"t{p}")).cast("string").alias("partition")
+    part = keying.of(f"s{p}").expr()
+    part = F.coalesce(part, keying.of(f"t{p}").expr()).alias("partition")
     out = {}
     for r in joined.groupBy(part).agg(*aggs).collect():
-        out[r["partition"]] = PartitionDiff(
-            r["partition"],
+        key = keying.key(r["partition"])
+        out[key] = PartitionDiff(
+            key,
             r["inserted"],
             r["deleted"],
             r["updated"],

@@ -28,6 +28,7 @@ from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, Inte
 
 from backfill_lib.errors import IntakeError
 from backfill_lib.ledger import Check
+from backfill_lib.partition_keys import PartitionKeys, keys_of
 
 # Python's default decimal context keeps 28 significant digits; decimal(38,x) sums and checksums have more, and
 # a subtraction rounded to 28 digits would hide a difference of 1. 100 digits is exact for every Spark decimal.
@@ -126,29 +127,31 @@ def _aggregates(df: DataFrame, spec: MetricSpec) -> list[Column]:
     return aggs
 
 
-def profile_frame(df: DataFrame, partition_column: str, spec: MetricSpec, *, where: str = "metrics") -> DataFrame:
+def profile_frame(df: DataFrame, partition_column: str | PartitionKeys, spec: MetricSpec, *, where: str = "metrics") -> DataFrame:
     """The single aggregation behind :func:`profile`: one row per partition value.
 
     Returns
     -------
     DataFrame
-        Column ``partition`` (string; dates as ``YYYY-MM-DD``) and one column per name of ``spec.names()``.
+        Column ``partition`` (string: dates as ``YYYY-MM-DD``, hours as an ISO 8601 instant, see
+        :meth:`PartitionKeys.expr`) and one column per name of ``spec.names()``.
 
     Raises
     ------
     IntakeError
         See :func:`check_columns`; also when ``partition_column`` is missing.
     """
-    if partition_column not in df.columns:
-        raise IntakeError(f"{where}: partition column '{partition_column}' does not exist")
+    keys = keys_of(partition_column)
+    if keys.column not in df.columns:
+        raise IntakeError(f"{where}: partition column '{keys.column}' does not exist")
     check_columns(df.schema, spec, where)
     # count(1) keeps the aggregation non-empty when the spec asks for nothing but grouping.
     aggs = _aggregates(df, spec) or [F.count(F.lit(1)).alias("_rows")]
-    return df.groupBy(F.col(partition_column).cast("string").alias("partition")).agg(*aggs)
+    return df.groupBy(keys.expr().alias("partition")).agg(*aggs)
 
 
 def profile(
-    df: DataFrame, partition_column: str, spec: MetricSpec, *, where: str = "metrics"
+    df: DataFrame, partition_column: str | PartitionKeys, spec: MetricSpec, *, where: str = "metrics"
 ) -> dict[str, dict[str, object]]:
     """All metrics of ``spec`` for every partition of ``df``, in one aggregation (one scan of ``df``).
 
@@ -157,7 +160,8 @@ def profile(
     df : DataFrame
         The rows of one side (source or staged), already restricted to the partitions to compare.
     partition_column : str
-        Column grouped by; its value cast to string is the partition key (``YYYY-MM-DD`` for dates).
+        Column grouped by, or its :class:`PartitionKeys`; results are keyed as the plan keys partitions
+        (a bare name is a ``DATE`` column keyed ``YYYY-MM-DD``).
     spec : MetricSpec
     where : str
         What ``df`` is (a table name, "staged rows"), to start error messages with.
@@ -174,7 +178,8 @@ def profile(
         A named column is missing, or a ``sum`` column is not integer or decimal (message names it).
     """
     names = spec.names()
-    return {r["partition"]: {n: r[n] for n in names} for r in profile_frame(df, partition_column, spec, where=where).collect()}
+    rows = profile_frame(df, partition_column, spec, where=where).collect()
+    return keys_of(partition_column).rekey({r["partition"]: {n: r[n] for n in names} for r in rows})
 
 
 def empty_profile(spec: MetricSpec) -> dict[str, object]:

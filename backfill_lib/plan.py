@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import date, datetime, timezone
 
 from backfill_lib.intake import check_request_against_table
+from backfill_lib.partition_keys import PartitionKeys
 from backfill_lib.partitions import Partition, enumerate_partitions, partition_of_key, partitions_predicate
 from backfill_lib.request import BackfillRequest, Strategy
 from backfill_lib.tables import PartitionStats, TableState
@@ -95,6 +96,11 @@ class BackfillPlan:
     @property
     def partitions(self) -> tuple[PlannedPartition, ...]:
         return tuple(p for b in self.batches for p in b.partitions)
+
+    @property
+    def partition_keys(self) -> PartitionKeys:
+        """How runtime code keys the partition column's values as this plan keys its partitions."""
+        return PartitionKeys(self.partition_column, self.request.target.grain, self.request.time_zone)
 
     def predicate(self, partitions: list[Partition] | None = None) -> str:
         """The SQL predicate of ``partitions`` (default: every planned partition) on the partition column."""

@@ -13,20 +13,25 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.ledger import Check
+from backfill_lib.partition_keys import PartitionKeys, keys_of
 from backfill_lib.partitions import range_predicate
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.request import ReconciliationRule
 
 
-def metric_per_partition(df: DataFrame, column: str, metric: str) -> dict[str, object]:
-    """``metric`` (a SQL aggregate expression) of ``df`` per value of ``column``, keyed by that value as a string."""
-    rows = df.groupBy(F.col(column).cast("string").alias("p")).agg(F.expr(metric).alias("m")).collect()
-    return {r["p"]: r["m"] for r in rows}
+def metric_per_partition(df: DataFrame, column: str | PartitionKeys, metric: str) -> dict[str, object]:
+    """``metric`` (a SQL aggregate expression) of ``df`` per partition, keyed by plan key (see
+    :mod:`backfill_lib.partition_keys`; a bare column name is a ``DATE`` keyed ``YYYY-MM-DD``)."""
+    keys = keys_of(column)
+    rows = df.groupBy(keys.expr().alias("p")).agg(F.expr(metric).alias("m")).collect()
+    return keys.rekey({r["p"]: r["m"] for r in rows})
 
 
-def _per_partition(spark: SparkSession, table: str, column: str, metric: str, predicate: str | None) -> dict[str, object]:
+def _per_partition(
+    spark: SparkSession, table: str, keys: PartitionKeys, metric: str, predicate: str | None
+) -> dict[str, object]:
     df = spark.table(table)
-    return metric_per_partition(df if predicate is None else df.where(predicate), column, metric)
+    return metric_per_partition(df if predicate is None else df.where(predicate), keys, metric)
 
 
 def _differs(staged: object, source: object, tolerance: float) -> bool:
@@ -52,8 +57,8 @@ def reconcile_batch(
     else:
         staged_pred = plan.batch_predicate(batch)
         source_pred = range_predicate(src.partition_column, batch.start, batch.end)
-    staged = _per_partition(spark, plan.staging_table, plan.partition_column, rule.metric, staged_pred)
-    source = _per_partition(spark, src.table, src.partition_column, src.metric, source_pred)
+    staged = _per_partition(spark, plan.staging_table, plan.partition_keys, rule.metric, staged_pred)
+    source = _per_partition(spark, src.table, plan.partition_keys.of(src.partition_column), src.metric, source_pred)
     keys = sorted(set(staged) | set(source)) if whole_table else batch.keys
     checks = []
     for key in keys:

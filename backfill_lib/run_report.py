@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from backfill_lib.ledger import Check, Ledger
+from backfill_lib.plan import plan_from_summary
 from backfill_lib.reconcile import metric_per_partition
 from backfill_lib.report import MetricPoint, PartitionRow, ReportData, write_report
 from backfill_lib.settings import Settings
@@ -22,17 +22,16 @@ from backfill_lib.settings import Settings
 
 def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str) -> tuple[MetricPoint, ...]:
     """``metric`` per partition on the target as the plan saw it and on the run's staging table."""
-    request = plan["request"]
-    column = request["target"]["partition_column"]
+    planned = plan_from_summary(plan)
     before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])
     after_df = spark.table(run["staging_table"]) if spark.catalog.tableExists(run["staging_table"]) else None
-    keys = [k for batch in plan["batches"] for k in batch]
-    if request.get("range"):
-        pred = F.col(column).cast("string").isin(keys)
+    keys = [p.key for p in planned.partitions]
+    if plan["request"].get("range") and keys:
+        pred = planned.predicate()
         before_df = before_df.where(pred)
         after_df = after_df.where(pred) if after_df is not None else None
-    before = metric_per_partition(before_df, column, metric)
-    after = metric_per_partition(after_df, column, metric) if after_df is not None else {}
+    before = metric_per_partition(before_df, planned.partition_keys, metric)
+    after = metric_per_partition(after_df, planned.partition_keys, metric) if after_df is not None else {}
     return tuple(MetricPoint(k, before.get(k), after.get(k)) for k in sorted(set(keys) | set(before) | set(after)))
 
 

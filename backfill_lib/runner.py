@@ -317,8 +317,9 @@ class Runner:
         source = self.spark.table(rule.source.table)
         if not whole:
             source = source.where(range_predicate(rule.source.partition_column, batch.start, batch.end))
-        src = profile(source, rule.source.partition_column, rule.metrics, where=rule.source.table)
-        stg = profile(staged, plan.partition_column, rule.metrics, where=plan.staging_table)
+        src = profile(source, plan.partition_keys.of(rule.source.partition_column), rule.metrics,
+                      where=rule.source.table)
+        stg = profile(staged, plan.partition_keys, rule.metrics, where=plan.staging_table)
         keys = sorted(set(src) | set(stg)) if whole else list(batch.keys)
         return compare_metrics(src, stg, rule.metrics, keys, rule.name, batch.index)
 
@@ -331,7 +332,7 @@ class Runner:
         if any(k not in shared for k in plan.request.keys):
             return {}  # a rebuild that renamed a key: nothing to compare by key
         corrected = plan.request.diff_gate.allowed_changed_columns if plan.request.diff_gate else ()
-        return diff_by_key(staged.select(*shared), current.select(*shared), plan.request.keys, plan.partition_column,
+        return diff_by_key(staged.select(*shared), current.select(*shared), plan.request.keys, plan.partition_keys,
                            corrected_columns=corrected)
 
     def write_report(self, plan: BackfillPlan) -> None:

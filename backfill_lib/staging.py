@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.errors import StrayRowsError
+from backfill_lib.partition_keys import PartitionKeys
 from backfill_lib.plan import BackfillPlan, Batch, stats_by_key
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.tables import Column, partition_stats
@@ -33,10 +34,10 @@ def aligned(df: DataFrame, casts: tuple[ColumnCast, ...]) -> DataFrame:
     return df.select([F.col(c.name).cast(c.type).alias(c.name) if c.cast else F.col(c.name) for c in casts])
 
 
-def _stray_partitions(df: DataFrame, column: str, predicate: str) -> list[tuple[str, int]]:
+def _stray_partitions(df: DataFrame, keys: PartitionKeys, predicate: str) -> list[tuple[str, int]]:
     outside = df.where(f"NOT coalesce({predicate}, false)")
-    rows = outside.groupBy(F.col(column).cast("string").alias("p")).count().orderBy("p").collect()
-    return [(r["p"] if r["p"] is not None else "NULL", int(r["count"])) for r in rows]
+    rows = outside.groupBy(keys.expr().alias("p")).count().orderBy("p").collect()
+    return [(keys.key(r["p"]) if r["p"] is not None else "NULL", int(r["count"])) for r in rows]
 
 
 def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame) -> dict[str, int]:
@@ -62,7 +63,7 @@ def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataF
     except AnalysisException as exc:
         if "DELTA_REPLACE_WHERE_MISMATCH" not in str(exc):
             raise
-        stray = _stray_partitions(df, plan.partition_column, predicate)
+        stray = _stray_partitions(df, plan.partition_keys, predicate)
         listed = ", ".join(f"{p} ({n} row{'' if n == 1 else 's'})" for p, n in stray[:5])
         more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
         raise StrayRowsError(

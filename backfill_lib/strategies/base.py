@@ -6,6 +6,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.ledger import Check
+from backfill_lib.partition_keys import PartitionKeys
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.staging import stage_batch
@@ -40,18 +41,18 @@ class StrategyImpl:
         return verify_partitions(spark, plan, version, plan.predicate())
 
 
-def partition_fingerprints(df: DataFrame, partition_column: str) -> dict[str, tuple[int, object]]:
+def partition_fingerprints(df: DataFrame, keys: PartitionKeys) -> dict[str, tuple[int, object]]:
     """Per partition: row count and the sum of ``xxhash64`` over all columns as ``decimal(38,0)``.
 
     The sum is order-independent, so two sides with the same rows in any order and file layout match.
     """
     cols = [F.col(c) for c in sorted(df.columns)]
     rows = (
-        df.groupBy(F.col(partition_column).cast("string").alias("p"))
+        df.groupBy(keys.expr().alias("p"))
         .agg(F.count("*").alias("n"), F.sum(F.xxhash64(*cols).cast("decimal(38,0)")).alias("h"))
         .collect()
     )
-    return {r["p"]: (int(r["n"]), r["h"]) for r in rows}
+    return keys.rekey({r["p"]: (int(r["n"]), r["h"]) for r in rows})
 
 
 def verify_partitions(spark: SparkSession, plan: BackfillPlan, version: int, predicate: str | None) -> list[Check]:
@@ -61,8 +62,8 @@ def verify_partitions(spark: SparkSession, plan: BackfillPlan, version: int, pre
     staged_df = spark.table(plan.staging_table)
     if predicate is not None:
         published_df, staged_df = published_df.where(predicate), staged_df.where(predicate)
-    published = partition_fingerprints(published_df, plan.partition_column)
-    staged = partition_fingerprints(staged_df, plan.partition_column)
+    published = partition_fingerprints(published_df, plan.partition_keys)
+    staged = partition_fingerprints(staged_df, plan.partition_keys)
     checks = []
     keys = set(published) | set(staged)
     if predicate is not None:  # a planned partition that is empty on both sides is still reported
