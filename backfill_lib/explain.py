@@ -26,6 +26,21 @@ def _rows(n: int | None) -> str:
     return "unknown" if n is None else f"{n:,}"
 
 
+def _marts_line(plan: BackfillPlan) -> str:
+    """Each mart, in the order it is released, with the partitions covering the range it recomputes."""
+    from backfill_lib.partitions import enumerate_partitions
+    from backfill_lib.request import mart_order
+
+    r = plan.request
+    lines = []
+    for m in mart_order(r.marts):
+        child = r.mart_request(m)
+        parts = enumerate_partitions(*child.bounds(), m.grain, r.time_zone)
+        lines.append(f"{m.table}: {len(parts):,} x {m.grain.value} ({parts[0].key} .. {parts[-1].key}), "
+                     f"recomputed after the target publishes, same run ID")
+    return "\n".join(lines) or "none"
+
+
 def explain(plan: BackfillPlan) -> Group:
     """A renderable of the plan: what, why, which partitions, their current cost, where rows are staged."""
     from backfill_lib.strategies import strategy_for
@@ -63,6 +78,8 @@ def explain(plan: BackfillPlan) -> Group:
         ("staging table", plan.staging_table),
         ("expectation suite", str(r.expectations or "none")),
         ("reconciliation", ", ".join(rule.name for rule in r.reconciliation) or "none"),
+        ("downstream marts", _marts_line(plan)),
+        ("concurrency", f"{r.concurrency} batches at once" if r.concurrency else "from settings"),
         ("plan ID", f"{plan.run_id} (`backfill run` plans again and gets its own run ID)"),
     ]:
         head.add_row(label, value)

@@ -7,7 +7,10 @@ and resumed runs can record freely, and writing the same event twice changes no 
 Tables, in ``settings.ledger_schema``:
 
 - ``runs``: run_id, seq, event_at (UTC), status, request_name, target_table, owner, reason, strategy,
-  staging_table, target_version_seen, pre_publish_version, published_version, message, plan_json.
+  staging_table, target_version_seen, pre_publish_version, published_version, message, plan_json,
+  approved_by (who approved publishing to a protected table), rollback_until (UTC: until when RESTORE of the
+  pre-publish version stays possible under the table's retention settings). A downstream mart is a child run
+  ``RUN_ID__mN`` with its own events.
 - ``partitions``: run_id, seq, event_at, partition (Delta partition value), batch, status, rows, attempt,
   started_at, ended_at (UTC), message.
 - ``checks``: run_id, seq, event_at, batch, partition, kind (``expectation``, ``reconciliation``, ``gate``,
@@ -54,6 +57,8 @@ RUNS_SCHEMA = StructType(
         StructField("published_version", LongType()),
         StructField("message", StringType()),
         StructField("plan_json", StringType()),
+        StructField("approved_by", StringType()),
+        StructField("rollback_until", TimestampType()),
     ]
 )
 
@@ -121,7 +126,8 @@ class Check:
     message: str | None = None
 
     def describe(self) -> str:
-        where = f"partition {self.partition}" if self.partition else f"batch {self.batch}"
+        where = (f"partition {self.partition}" if self.partition else
+                 f"batch {self.batch}" if self.batch is not None else "the range")
         detail = self.message or f"observed {self.observed}, expected {self.expected}"
         return f"{self.kind} {self.name} failed on {where}: {detail}"
 
@@ -155,13 +161,20 @@ class Ledger:
         return f"{self.schema}.{name}"
 
     def ensure(self) -> None:
-        """Create the ledger schema and tables when missing."""
+        """Create the ledger schema and tables when missing; add columns a newer version defines (nullable, so
+        older events read as NULL there)."""
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
         for name, schema in _SCHEMAS.items():
             if not self.spark.catalog.tableExists(self.table(name)):
                 self.spark.createDataFrame([], schema).write.format("delta").mode("ignore").saveAsTable(
                     self.table(name)
                 )
+                continue
+            have = set(self.spark.table(self.table(name)).columns)
+            missing = [f for f in schema.fields if f.name not in have]
+            if missing:
+                added = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
+                self.spark.sql(f"ALTER TABLE {self.table(name)} ADD COLUMNS ({added})")
 
     def _append(self, name: str, rows: list[dict]) -> None:
         # One INSERT ... VALUES of literals: it runs without Python workers, about 5x faster than writing a
@@ -200,12 +213,21 @@ class Ledger:
         """The latest record of every run."""
         return self._latest(self.spark.table(self.table("runs")), "run_id")
 
+    def find_run(self, run_id: str) -> dict | None:
+        """The latest record of ``run_id``, or ``None`` when the ledger has none."""
+        rows = self.runs().where(F.col("run_id") == run_id).collect()
+        return rows[0].asDict() if rows else None
+
     def run(self, run_id: str) -> dict:
         """The latest record of ``run_id``; raises :class:`RunNotFoundError` when the ledger has none."""
-        rows = self.runs().where(F.col("run_id") == run_id).collect()
-        if not rows:
+        record = self.find_run(run_id)
+        if record is None:
             raise RunNotFoundError(f"run {run_id} not found in ledger {self.table('runs')}")
-        return rows[0].asDict()
+        return record
+
+    def staged_rows(self, run_id: str) -> dict[str, int]:
+        """Rows by partition key of the partitions whose latest event is ``staged`` (what a resume skips)."""
+        return {p["partition"]: int(p["rows"] or 0) for p in self.partitions(run_id) if p["status"] == "staged"}
 
     def partitions(self, run_id: str) -> list[dict]:
         """Every partition of ``run_id``, ordered by partition: status, rows and message of its latest event;
@@ -234,9 +256,12 @@ class Ledger:
         return [r.asDict() for r in self._latest(df, "partition").orderBy("partition").collect()]
 
     def checks(self, run_id: str) -> list[dict]:
-        """Every check recorded for ``run_id``, in the order written."""
-        df = self.spark.table(self.table("checks")).where(F.col("run_id") == run_id).orderBy("seq")
-        return [r.asDict() for r in df.collect()]
+        """The checks of ``run_id``'s latest validation (those written after its last ``validating`` event, so a
+        resumed run that validated again does not list the first round twice), in the order written."""
+        runs = self.spark.table(self.table("runs")).where((F.col("run_id") == run_id) & (F.col("status") == "validating"))
+        since = runs.agg(F.max("seq")).first()[0] or 0
+        df = self.spark.table(self.table("checks")).where((F.col("run_id") == run_id) & (F.col("seq") > since))
+        return [r.asDict() for r in df.orderBy("seq").collect()]
 
 
 def run_record(plan) -> dict:

@@ -10,6 +10,7 @@ unambiguous ISO 8601 instant and Python maps it to the plan key.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from backfill_lib.partitions import Grain, partition_of_key
@@ -44,6 +45,18 @@ class PartitionKeys:
         if raw is None or self.grain is not Grain.HOUR:
             return raw
         return partition_of_key(raw, self.grain, self.time_zone).key
+
+    def key_of_value(self, value: object) -> str | None:
+        """The plan key of a partition value collected into Python: a ``date``, a ``datetime`` (naive ones are
+        in this process's local time, as pyspark returns them), or a string from :meth:`expr`."""
+        if value is None:
+            return None
+        if isinstance(value, datetime):
+            aware = value if value.tzinfo else value.astimezone()
+            return partition_of_key(aware.isoformat(), self.grain, self.time_zone).key
+        if isinstance(value, date):
+            return value.isoformat()
+        return self.key(str(value))
 
     def rekey(self, values: dict[str | None, V]) -> dict[str | None, V]:
         """``values`` keyed by :meth:`expr`'s strings, re-keyed by plan keys."""

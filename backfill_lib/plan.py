@@ -7,10 +7,12 @@ staged and what the target looked like (version, per-partition files, bytes and 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from dataclasses import asdict, dataclass
 from datetime import date, datetime, timezone
 
+from backfill_lib.errors import RequestError
 from backfill_lib.intake import check_request_against_table
 from backfill_lib.partition_keys import PartitionKeys
 from backfill_lib.partitions import Partition, enumerate_partitions, partition_of_key, partitions_predicate
@@ -80,6 +82,15 @@ class BackfillPlan:
     staging_table: str
     source_input: SourceInput = SourceInput()
     target_columns: tuple = ()
+    #: the run a downstream mart's child run belongs to (its commits carry that run ID)
+    parent_run_id: str | None = None
+    #: who approved publishing to a protected table (set at run time, not planned)
+    approved_by: str | None = None
+
+    @property
+    def commit_run_id(self) -> str:
+        """The run ID recorded in the target's commits: the parent run's, for a mart."""
+        return self.parent_run_id or self.run_id
 
     @property
     def strategy(self) -> Strategy:
@@ -137,6 +148,7 @@ class BackfillPlan:
             "target_location": self.target_location,
             "target_columns": [asdict(c) for c in self.target_columns],
             "source_input": asdict(self.source_input),
+            "parent_run_id": self.parent_run_id,
         }
 
 
@@ -153,6 +165,22 @@ def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str) -
 def new_run_id(now: datetime) -> str:
     """``bf_YYYYMMDD_HHMMSS_xxxxxx``: UTC time of planning plus 6 random hex digits; safe in table names."""
     return f"bf_{now.astimezone(timezone.utc):%Y%m%d_%H%M%S}_{secrets.token_hex(3)}"
+
+
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9_]{1,80}")
+
+
+def check_run_id(run_id: str) -> str:
+    """Return ``run_id`` if it is 1-80 letters, digits or underscores (it becomes part of a table name).
+
+    Raises
+    ------
+    RequestError
+        Naming the run ID otherwise.
+    """
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise RequestError(f"run ID '{run_id}' must be 1 to 80 letters, digits or underscores")
+    return run_id
 
 
 def staging_table_name(target: str, staging_schema: str, run_id: str) -> str:
@@ -206,7 +234,7 @@ def build_plan(
     batches = tuple(
         Batch(i, tuple(planned[j : j + size])) for i, j in enumerate(range(0, len(planned), size))
     )
-    run_id = run_id or new_run_id(now)
+    run_id = check_run_id(run_id) if run_id else new_run_id(now)
     return BackfillPlan(
         run_id=run_id,
         planned_at=now.astimezone(timezone.utc).isoformat(timespec="seconds"),
@@ -251,4 +279,5 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         staging_table=summary["staging_table"],
         source_input=SourceInput(**summary["source_input"]),
         target_columns=tuple(Column(**c) for c in summary["target_columns"]),
+        parent_run_id=summary.get("parent_run_id"),
     )

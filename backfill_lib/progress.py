@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 from rich.console import Console
 from rich.progress import (
@@ -25,6 +26,7 @@ class Reporter:
         self.run_id = run_id
         self._progress: Progress | None = None
         self._task = None
+        self._lock = threading.Lock()
         self.rows = 0
 
     def stage(self, message: str) -> None:
@@ -35,7 +37,9 @@ class Reporter:
         else:
             log.info(line)
 
-    def start_partitions(self, total: int, what: str) -> None:
+    def start_partitions(self, total: int, what: str, done: int = 0, rows: int = 0) -> None:
+        """Start counting ``total`` partitions, ``done`` of them (holding ``rows`` rows) already finished."""
+        self.rows = rows
         if self.console.is_terminal:
             self._progress = Progress(
                 TextColumn(f"[{self.run_id}] {what}"),
@@ -48,10 +52,14 @@ class Reporter:
                 transient=False,
             )
             self._progress.start()
-            self._task = self._progress.add_task(what, total=total, rows=0)
+            self._task = self._progress.add_task(what, total=total, completed=done, rows=rows)
+        elif done:
+            log.info("[%s] %s: %d of %d partitions already done (%d rows)", self.run_id, what, done, total, rows)
 
     def advance(self, partitions: int, rows: int, detail: str) -> None:
-        self.rows += rows
+        """Count ``partitions`` more done with ``rows`` rows; safe to call from several threads."""
+        with self._lock:
+            self.rows += rows
         if self._progress is not None:
             self._progress.update(self._task, advance=partitions, rows=self.rows)
         else:

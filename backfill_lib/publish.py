@@ -19,20 +19,18 @@ from backfill_lib.tables import PartitionStats, current_version, partition_stats
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
 
-def commit_metadata(plan: BackfillPlan, action: str) -> str:
-    """The ``userMetadata`` JSON string stored in every commit the run makes."""
+def commit_metadata(plan: BackfillPlan, action: str, **extra: str) -> str:
+    """The ``userMetadata`` JSON string stored in every commit the run makes: run_id (the parent run's for a
+    mart, whose own child run ID is ``mart_run_id``), request, owner, reason, strategy, action (``publish``,
+    ``restore``, ``rollback``), approved_by when given, and ``extra``."""
     r = plan.request
-    return json.dumps(
-        {
-            "run_id": plan.run_id,
-            "request": r.name,
-            "owner": r.owner,
-            "reason": r.reason,
-            "strategy": r.strategy.value,
-            "action": action,
-        },
-        sort_keys=True,
-    )
+    meta = {"run_id": plan.commit_run_id, "request": r.name, "owner": r.owner, "reason": r.reason,
+            "strategy": r.strategy.value, "action": action, **extra}
+    if plan.parent_run_id:
+        meta["mart_run_id"] = plan.run_id
+    if plan.approved_by:
+        meta["approved_by"] = plan.approved_by
+    return json.dumps(meta, sort_keys=True)
 
 
 @contextmanager
@@ -47,6 +45,43 @@ def user_metadata(spark: SparkSession, value: str):
             spark.conf.unset(USER_METADATA_CONF)
         else:
             spark.conf.set(USER_METADATA_CONF, previous)
+
+
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+#: The ``txnVersion`` of a run's publishing commit: Delta skips a write whose app ID already committed it.
+PUBLISH_TXN_VERSION = 1
+
+
+def txn_app_id(plan: BackfillPlan) -> str:
+    """The Delta idempotent-write application ID of the run's publishing commit."""
+    return f"delta-backfill:{plan.run_id}"
+
+
+@contextmanager
+def idempotent_commit(spark: SparkSession, plan: BackfillPlan):
+    """For SQL and MERGE commits: set ``userMetadata`` and Delta's idempotent-write ``txnAppId`` /
+    ``txnVersion`` session confs (delta-io/delta#1555), so the same run's publish can commit at most once.
+    DataFrame writes pass the same values as writer options instead (:func:`publish_options`)."""
+    confs = {USER_METADATA_CONF: commit_metadata(plan, "publish"), TXN_APP_ID_CONF: txn_app_id(plan),
+             TXN_VERSION_CONF: str(PUBLISH_TXN_VERSION)}
+    previous = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def publish_options(plan: BackfillPlan) -> dict[str, str]:
+    """Writer options of a DataFrame publishing commit: metadata and the idempotent-write guard."""
+    return {"userMetadata": commit_metadata(plan, "publish"), "txnAppId": txn_app_id(plan),
+            "txnVersion": str(PUBLISH_TXN_VERSION)}
 
 
 def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
@@ -85,7 +120,22 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
 
 
 def find_version(spark: SparkSession, table: str, run_id: str, action: str, after: int) -> int:
-    """The version of ``table`` newer than ``after`` whose ``userMetadata`` records ``run_id`` and ``action``."""
+    """The version of ``table`` newer than ``after`` whose ``userMetadata`` records ``run_id`` and ``action``.
+
+    Raises
+    ------
+    PublishError
+        When there is none.
+    """
+    version = committed_version(spark, table, run_id, action, after)
+    if version is None:
+        raise PublishError(f"table {table}: no commit of run {run_id} ({action}) found after version {after}")
+    return version
+
+
+def committed_version(spark: SparkSession, table: str, run_id: str, action: str, after: int) -> int | None:
+    """Like :func:`find_version`, but ``None`` when the run made no such commit (how a resumed run learns
+    whether its publish committed before the crash)."""
     from delta.tables import DeltaTable
 
     history = DeltaTable.forName(spark, table).history().where(F.col("version") > after)
@@ -98,12 +148,14 @@ def find_version(spark: SparkSession, table: str, run_id: str, action: str, afte
                 continue
             if parsed.get("run_id") == run_id and parsed.get("action") == action:
                 return int(row["version"])
-    raise PublishError(f"table {table}: no commit of run {run_id} ({action}) found after version {after}")
+    return None
 
 
-def restore(spark: SparkSession, plan: BackfillPlan, table: str, version: int) -> int:
-    """``RESTORE TABLE table TO VERSION AS OF version`` with the run's metadata; return the new version."""
+def restore(spark: SparkSession, plan: BackfillPlan, table: str, version: int, action: str = "restore",
+            **extra: str) -> int:
+    """``RESTORE TABLE table TO VERSION AS OF version`` with the run's metadata (``action``, ``extra``); return
+    the new version."""
     before = current_version(spark, table)
-    with user_metadata(spark, commit_metadata(plan, "restore")):
+    with user_metadata(spark, commit_metadata(plan, action, **extra)):
         spark.sql(f"RESTORE TABLE {table} TO VERSION AS OF {int(version)}")
-    return find_version(spark, table, plan.run_id, "restore", before)
+    return find_version(spark, table, plan.commit_run_id, action, before)

@@ -60,6 +60,8 @@ class ReportData:
     target_version_seen: int | None
     status: str
     published_version: int | None = None
+    #: until when (UTC) RESTORE to the pre-publish version stays possible, under the table's retention
+    rollback_until: str | None = None
     plan_lines: tuple[str, ...] = ()
     partitions: tuple[PartitionRow, ...] = ()
     checks: tuple[Check, ...] = ()
@@ -193,6 +195,8 @@ def render_html(data: ReportData, directory: Path) -> str:
              ("strategy", data.strategy), ("target table", data.target_table),
              ("target version seen", data.target_version_seen),
              ("published version", data.published_version if data.published_version is not None else "not published")]
+    if data.rollback_until:
+        facts.append(("rollback possible until", data.rollback_until))
     headers, rows = _table_rows(data)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -233,7 +237,8 @@ def render_markdown(data: ReportData) -> str:
         f"# Backfill {_md(data.request_name)}: {_md(data.status)}", "",
         f"- run ID: {_md(data.run_id)}", f"- owner: {_md(data.owner)}", f"- reason: {_md(data.reason)}",
         f"- strategy: {_md(data.strategy)}",
-        f"- target: {_md(data.target_table)} (version seen {_md(data.target_version_seen)}, {published})", "",
+        f"- target: {_md(data.target_table)} (version seen {_md(data.target_version_seen)}, {published})",
+        *([f"- rollback possible until: {_md(data.rollback_until)}"] if data.rollback_until else []), "",
         "## Plan", "", *[f"    {_md(line)}" for line in data.plan_lines], "",
         "## Partitions", "", "| " + " | ".join(_md(h) for h in headers) + " |",
         "|" + "---|" * len(headers), *["| " + " | ".join(_md(v) for v in row) + " |" for row in rows], "",

@@ -23,6 +23,13 @@ from backfill_lib.partitions import Grain, half_open, zone
 _TABLE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){0,2}$")
 
 
+def check_table_name(value: str) -> str:
+    """``value`` if it is ``[catalog.]schema.table``; else ``ValueError`` naming it."""
+    if not _TABLE_NAME.match(value):
+        raise ValueError(f"'{value}' is not a table name of the form [catalog.]schema.table")
+    return value
+
+
 class Strategy(str, enum.Enum):
     """How the target is rewritten.
 
@@ -52,9 +59,7 @@ class Target(_Frozen):
     @field_validator("table")
     @classmethod
     def _table_name(cls, value: str) -> str:
-        if not _TABLE_NAME.match(value):
-            raise ValueError(f"'{value}' is not a table name of the form [catalog.]schema.table")
-        return value
+        return check_table_name(value)
 
 
 class DateRange(_Frozen):
@@ -132,6 +137,60 @@ class Gates(_Frozen):
     allow_row_growth: bool = False
 
 
+class Mart(_Frozen):
+    """A downstream table derived from the target, recomputed after the target publishes, under the same run ID.
+
+    ``sql`` runs with ``:range_start`` / ``:range_end`` bound to the mart's partitions covering the request's
+    range (for a ``month`` mart, the months that hold its days). ``depends_on`` names other marts of the request
+    that must publish first.
+    """
+
+    table: str
+    partition_column: str
+    grain: Grain = Grain.DAY
+    sql: Path
+    keys: tuple[str, ...] = Field(min_length=1)
+    expectations: Path | None = None
+    depends_on: tuple[str, ...] = ()
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        return check_table_name(value)
+
+
+def mart_order(marts: tuple[Mart, ...]) -> tuple[Mart, ...]:
+    """``marts`` in dependency order (a mart after every mart it ``depends_on``; otherwise as listed).
+
+    Raises
+    ------
+    ValueError
+        Naming an unknown dependency or a cycle.
+    """
+    by_table = {m.table: m for m in marts}
+    for m in marts:
+        for dep in m.depends_on:
+            if dep not in by_table:
+                raise ValueError(f"marts: {m.table} depends on {dep}, which is not a mart of this request")
+    ordered: list[Mart] = []
+    visiting: set[str] = set()
+
+    def visit(m: Mart, path: tuple[str, ...]) -> None:
+        if m in ordered:
+            return
+        if m.table in visiting:
+            raise ValueError(f"marts: dependency cycle {' -> '.join((*path, m.table))}")
+        visiting.add(m.table)
+        for dep in m.depends_on:
+            visit(by_table[dep], (*path, m.table))
+        visiting.discard(m.table)
+        ordered.append(m)
+
+    for m in marts:
+        visit(m, ())
+    return tuple(ordered)
+
+
 class BackfillRequest(_Frozen):
     """A checked backfill request. See ``conf/backfills/fix_daily_route_delays.yml`` for a full example."""
 
@@ -152,6 +211,8 @@ class BackfillRequest(_Frozen):
     report_metric: str | None = None
     delete_missing: bool = False
     batch_size: int | None = Field(default=None, ge=1)
+    concurrency: int | None = Field(default=None, ge=1, le=64)
+    marts: tuple[Mart, ...] = ()
 
     @field_validator("owner", "reason")
     @classmethod
@@ -174,7 +235,11 @@ class BackfillRequest(_Frozen):
         if self.range is None:
             if self.strategy is not Strategy.REBUILD:
                 raise ValueError(f"range: required for strategy {self.strategy.value}")
+            if self.marts:
+                raise ValueError("marts: need a range (a rebuild without one cannot say which mart partitions change)")
             return self
+        if self.marts:
+            mart_order(self.marts)
         if self.delete_missing and self.strategy is not Strategy.PATCH:
             raise ValueError("delete_missing: applies to strategy patch only")
         try:
@@ -182,6 +247,20 @@ class BackfillRequest(_Frozen):
         except PartitionError as exc:
             raise ValueError(f"range: {exc}") from exc
         return self
+
+    def mart_request(self, mart: Mart) -> "BackfillRequest":
+        """The request a mart is recomputed by: the mart's table, SQL, keys and suite; the months (or days) that
+        cover this request's range; the same owner, reason and time zone; strategy recompute."""
+        first, last = self.range.start, self.range.end
+        if mart.grain is Grain.MONTH:
+            first, last = first.replace(day=1), last.replace(day=1)
+        return BackfillRequest(
+            name=f"{self.name}:{mart.table}", owner=self.owner, reason=self.reason,
+            target=Target(table=mart.table, partition_column=mart.partition_column, grain=mart.grain),
+            range=DateRange(start=first, end=last), time_zone=self.time_zone, strategy=Strategy.RECOMPUTE,
+            source=Source(sql=mart.sql), keys=mart.keys, expectations=mart.expectations,
+            batch_size=self.batch_size, concurrency=self.concurrency,
+        )
 
     def bounds(self):
         """The half-open ``[start, end)`` of the request's range at its grain (``None`` for a rebuild without one)."""
@@ -233,7 +312,10 @@ def load_request(path: str | Path) -> BackfillRequest:
         # A misspelt key shows as an unknown field plus a missing one: name the unknown (the typo) first.
         errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
         raise RequestError(f"{path}: " + "; ".join(_describe(e) for e in errors[:3])) from exc
-    for field, file in (("source.sql", request.source.sql), ("expectations", request.expectations)):
+    files = [("source.sql", request.source.sql), ("expectations", request.expectations)]
+    for i, m in enumerate(request.marts):
+        files += [(f"marts.{i}.sql", m.sql), (f"marts.{i}.expectations", m.expectations)]
+    for field, file in files:
         if file is not None and not Path(file).is_file():
             raise RequestError(f"{path}: field '{field}': file {file} not found")
     return request

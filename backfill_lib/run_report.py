@@ -9,6 +9,7 @@ travel), after is the staged rows.
 from __future__ import annotations
 
 import json
+from datetime import timezone
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -78,6 +79,10 @@ def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str, docs: Pa
         target_version_seen=run["target_version_seen"],
         status=run["status"],
         published_version=run["published_version"],
+        # pyspark returns timestamps as naive datetimes in this process's local time
+        rollback_until=(f"{run['rollback_until'].astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC (from the table's "
+                        "retention settings)"
+                        if run.get("rollback_until") else None),
         plan_lines=lines,
         partitions=tuple(rows),
         checks=checks,

@@ -7,7 +7,8 @@ first and only write to the target, one commit, after every gate passed.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,7 +17,17 @@ from rich.console import Console
 
 from backfill_lib.diff import diff_by_key
 from backfill_lib.diff import evaluate as evaluate_diff
-from backfill_lib.errors import BackfillError, GateFailedError, IntakeError, PublishError, RolledBackError
+from backfill_lib.batch_stager import BatchStager
+from backfill_lib.errors import (
+    BackfillError,
+    CancelledError,
+    GateFailedError,
+    IntakeError,
+    PublishError,
+    RequestError,
+    RolledBackError,
+)
+from backfill_lib.faults import crash_point, monitor_failure
 from backfill_lib.gates import row_count_checks
 from backfill_lib.ledger import Check, Ledger, run_record
 from backfill_lib.metrics import compare as compare_metrics
@@ -24,14 +35,15 @@ from backfill_lib.metrics import profile
 from backfill_lib.partitions import range_predicate
 from backfill_lib.plan import BackfillPlan, Batch, build_plan, plan_from_summary
 from backfill_lib.progress import Reporter
-from backfill_lib.publish import restore
+from backfill_lib.publish import committed_version, restore
 from backfill_lib.reconcile import reconcile_batch
-from backfill_lib.request import Strategy, load_request
+from backfill_lib.release import check_protected, check_rollback_ready, later_commits, rollback_until
+from backfill_lib.retry import with_conflict_retry
+from backfill_lib.request import Strategy, load_request, mart_order
 from backfill_lib.run_report import write_run_report
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.settings import Settings
 from backfill_lib.sources import source_frame, source_input
-from backfill_lib.staging import aligned, ensure_staging_table
 from backfill_lib.strategies import strategy_for
 from backfill_lib.tables import Column, TableState, read_table_state
 from backfill_lib.validation import SuiteRunner, load_suite
@@ -47,6 +59,8 @@ class RunResult:
     checks: tuple[Check, ...] = ()
     pre_publish_version: int | None = None
     published_version: int | None = None
+    #: the downstream marts' child runs, in the order they published
+    marts: tuple["RunResult", ...] = ()
 
     @property
     def failures(self) -> tuple[Check, ...]:
@@ -57,8 +71,11 @@ def _utc() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def prepare(spark: SparkSession, settings: Settings, request_path: str | Path) -> tuple[BackfillPlan, TableState]:
-    """Intake and plan: load the request, read the target's state from Delta, build the frozen plan."""
+def prepare(
+    spark: SparkSession, settings: Settings, request_path: str | Path, run_id: str | None = None
+) -> tuple[BackfillPlan, TableState]:
+    """Intake and plan: load the request, read the target's state from Delta, build the frozen plan (with
+    ``run_id``, or a new one)."""
     request = load_request(request_path)
     state = read_table_state(spark, request.target.table)
     bounds = request.bounds() or (None, None)
@@ -70,11 +87,12 @@ def prepare(spark: SparkSession, settings: Settings, request_path: str | Path) -
         batch_size=settings.batch_size,
         now=_utc(),
         source_input=source_input(spark, source_frame(spark, request, *bounds)),
+        run_id=run_id,
     )
     return plan, state
 
 
-def check_source_schema(spark: SparkSession, plan: BackfillPlan, state: TableState) -> tuple[ColumnCast, ...]:
+def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[ColumnCast, ...]:
     """Intake against the live source: analyse the source SQL (no data read) and align it to the target.
 
     A rebuild may change the schema, so its source only has to provide the partition column (of the grain's
@@ -85,7 +103,7 @@ def check_source_schema(spark: SparkSession, plan: BackfillPlan, state: TableSta
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
     where = str(plan.request.source.sql)
     if plan.strategy is not Strategy.REBUILD:
-        return align(columns, state.columns, where, plan.request.keys)
+        return align(columns, plan.target_columns, where, plan.request.keys)
     by_name = {c.name: c for c in columns}
     grain = plan.request.target.grain
     part = by_name.get(plan.partition_column)
@@ -116,6 +134,11 @@ def _nothing_changes(plan: BackfillPlan, casts, rows: dict[str, int], diffs) -> 
     return True
 
 
+def _tables_of(plan: BackfillPlan) -> list[str]:
+    """Every table ``plan`` publishes to: its target and its marts."""
+    return [plan.target_table, *(m.table for m in plan.request.marts)]
+
+
 def _suite_parameters(plan: BackfillPlan, batch: Batch) -> dict[str, object]:
     parts = plan.partitions
     return {
@@ -127,40 +150,114 @@ def _suite_parameters(plan: BackfillPlan, batch: Batch) -> dict[str, object]:
     }
 
 
+#: Run statuses after which nothing is left to do: resuming such a run writes nothing.
+FINISHED = ("published", "unchanged")
+
+
 class Runner:
-    """Runs plans on one SparkSession, recording in one ledger, reporting through one console."""
+    """Runs plans on one SparkSession, recording in one ledger, reporting through one console.
+
+    :meth:`cancel` (safe from a signal handler or another thread) stops a run between batches.
+    """
 
     def __init__(self, spark: SparkSession, settings: Settings, console: Console):
         self.spark = spark
         self.settings = settings
         self.console = console
         self.ledger = Ledger(spark, settings.ledger_schema)
+        self.cancelled = threading.Event()
+        #: who approved publishing to protected tables (``--approve``); recorded in the ledger and commits
+        self.approved_by: str | None = None
 
-    def run(self, plan: BackfillPlan, state: TableState, until: str | None = None) -> RunResult:
+    def cancel(self) -> None:
+        """Ask the run to stop: batches in flight finish, no new batch starts, the run ends ``cancelled``."""
+        self.cancelled.set()
+
+    def run(self, plan: BackfillPlan, state: TableState | None = None, until: str | None = None) -> RunResult:
         """Stage, validate and publish ``plan``; with ``until="validate"`` stop after validation (status
         ``validated``, staging and the report kept) for :meth:`publish_validated` to finish later.
 
+        When the ledger already has ``plan.run_id`` (a run started again with the same run ID), the stored run
+        is resumed instead (:meth:`resume`), so the same request and run ID never write twice.
+
         Raises
         ------
+        RequestError
+            When the run ID exists in the ledger for a different request.
         GateFailedError
             When an expectation or reconciliation fails; the target is untouched.
         PublishError, FenceError
             When publishing is refused or its post-publish check fails (the target is then restored).
+        CancelledError
+            When :meth:`cancel` was called; ``resume`` continues the run.
         BackfillError
             Any other intake or staging error; the run is recorded ``failed`` with the message.
         """
-        reporter = Reporter(self.console, plan.run_id)
         self.ledger.ensure()
+        existing = self.ledger.find_run(plan.run_id)
+        if existing is not None:
+            stored = json.loads(existing["plan_json"])["request"]
+            if stored != json.loads(plan.request.model_dump_json()):
+                raise RequestError(f"{plan.request_path}: run ID {plan.run_id} already belongs to another request "
+                                   f"({existing['request_name']}); choose a new run ID")
+            return self.resume(plan.run_id, until=until)
         record = self.ledger.record_run(run_record(plan), "planned")
+        return self._execute(plan, record, until)
+
+    def resume(self, run_id: str, until: str | None = None) -> RunResult:
+        """Continue ``run_id`` from the ledger with the plan it stored.
+
+        Partitions already ``staged`` are skipped and the others staged again (each write replaces its
+        partitions, so a batch caught mid-write is redone, never doubled). A run that had validated goes straight
+        to publishing; one caught during publishing first looks for its own commit in the target's history (by
+        run ID) and publishes only if there is none. A ``published`` or ``unchanged`` run writes nothing.
+
+        Raises
+        ------
+        RunNotFoundError
+            When the ledger has no such run.
+        PublishError
+            When the run was rolled back (start a new run instead).
+        """
+        self.ledger.ensure()
+        record = self.ledger.run(run_id)
+        plan = plan_from_summary(json.loads(record["plan_json"]))
+        status = record["status"]
+        reporter = Reporter(self.console, run_id)
+        if status in FINISHED:
+            reporter.stage(f"run is already {status}; nothing to do")
+            return RunResult(plan, status, self._ledger_rows(run_id), self._ledger_checks(run_id),
+                             record["pre_publish_version"], record["published_version"])
+        if status == "rolled_back":
+            raise PublishError(f"run {run_id} was rolled back ({record['message']}); start a new run")
+        reporter.stage(f"resuming from status {status}")
+        return self._execute(plan, record, until)
+
+    def _execute(self, plan: BackfillPlan, record: dict, until: str | None) -> RunResult:
+        reporter = Reporter(self.console, plan.run_id)
+        approved = self.approved_by or record.get("approved_by") or plan.approved_by
+        plan = replace(plan, approved_by=approved) if approved else plan
         try:
-            casts = check_source_schema(self.spark, plan, state)
+            check_protected(self.settings.protected_tables, _tables_of(plan), plan.approved_by)
+            casts = check_source_schema(self.spark, plan)
+            if record["status"] in ("validated", "publishing"):
+                if until == "validate":
+                    return RunResult(plan, "validated", self._ledger_rows(plan.run_id), self._ledger_checks(plan.run_id))
+                return self._publish(plan, record, casts, self._ledger_rows(plan.run_id),
+                                     list(self._ledger_checks(plan.run_id)), reporter)
             suite = load_suite(plan.request.expectations) if plan.request.expectations else None
+            for i in range(len(plan.request.marts)):  # intake of every mart before anything is written
+                check_source_schema(self.spark, self._mart_plan(plan, i))
             record = self.ledger.record_run(record, "staging")
-            rows = self._stage(plan, casts, reporter)
+            stager = BatchStager(self.spark, self.settings, self.ledger, self.cancelled)
+            rows = stager.stage(plan, casts, reporter, self.ledger.staged_rows(plan.run_id))
             record = self.ledger.record_run(record, "staged")
+            self._stop_if_cancelled(plan, "after staging")
+            record = self.ledger.record_run(record, "validating")
             validated, diffs = self._validate(plan, suite, reporter)
             checks = self._gate_row_counts(plan, rows) + validated
             self.ledger.record_checks(plan.run_id, checks)
+            crash_point("after_validate")
             failures = [c for c in checks if not c.success]
             if failures:
                 self._fail_gate(plan, record, failures)
@@ -176,15 +273,32 @@ class Runner:
                 reporter.stage(f"validated; review the report, then: backfill publish {plan.run_id}")
                 self.write_report(plan)
                 return RunResult(plan, "validated", rows, tuple(checks))
+            self._stop_if_cancelled(plan, "after validation")
             return self._publish(plan, record, casts, rows, checks, reporter)
         except GateFailedError:
             self.write_report(plan)
             raise
         except RolledBackError:
             raise
+        except CancelledError as exc:
+            self.ledger.record_run(record, "cancelled", message=str(exc))
+            reporter.stage(str(exc))
+            raise
         except BackfillError as exc:
             self.ledger.record_run(record, "failed", message=str(exc))
             raise
+
+    def _stop_if_cancelled(self, plan: BackfillPlan, where: str) -> None:
+        if self.cancelled.is_set():
+            raise CancelledError(f"run {plan.run_id} cancelled {where}; nothing published; "
+                                 f"continue with: backfill resume {plan.run_id}")
+
+    def _ledger_rows(self, run_id: str) -> dict[str, int]:
+        return {p["partition"]: p["rows"] for p in self.ledger.partitions(run_id)}
+
+    def _ledger_checks(self, run_id: str) -> tuple[Check, ...]:
+        return tuple(Check(c["kind"], c["name"], c["success"], c["partition"], c["batch"], c["observed"], c["expected"],
+                           c["message"]) for c in self.ledger.checks(run_id))
 
     def publish_validated(self, run_id: str) -> RunResult:
         """Publish a run stopped after validation, if its gates passed and the target's range has not changed.
@@ -192,38 +306,50 @@ class Runner:
         Raises
         ------
         PublishError
-            When the run is not in status ``validated``.
+            When the run is not in status ``validated`` (or ``publishing``, an interrupted publish).
         FenceError
             When a commit changed the run's partitions after the plan read them.
         """
         self.ledger.ensure()
         record = self.ledger.run(run_id)
-        if record["status"] != "validated":
+        if record["status"] not in ("validated", "publishing"):
             raise PublishError(f"run {run_id} is {record['status']}; only a validated run can be published")
-        plan = plan_from_summary(json.loads(record["plan_json"]))
-        staged = tuple(Column(f.name, f.dataType.simpleString(), f.nullable)
-                       for f in self.spark.table(plan.staging_table).schema.fields)
-        if plan.strategy is Strategy.REBUILD:
-            casts = tuple(ColumnCast(c.name, c.type, False) for c in staged)
-        else:
-            casts = align(staged, plan.target_columns, plan.staging_table, plan.request.keys)
-        rows = {p["partition"]: p["rows"] for p in self.ledger.partitions(run_id)}
-        checks = [Check(c["kind"], c["name"], c["success"], c["partition"], c["batch"], c["observed"], c["expected"],
-                        c["message"]) for c in self.ledger.checks(run_id)]
-        try:
-            return self._publish(plan, record, casts, rows, checks, Reporter(self.console, run_id))
-        except RolledBackError:
-            raise
-        except BackfillError as exc:
-            self.ledger.record_run(record, "failed", message=str(exc))
-            raise
+        return self.resume(run_id)
 
     def _publish(self, plan: BackfillPlan, record: dict, casts, rows: dict[str, int], checks: list[Check],
                  reporter: Reporter) -> RunResult:
+        """Publish once: a run caught mid-publish finds its own commit by run ID instead of committing again.
+        A top-level run then releases its marts and monitors every table it published, rolling all of them back
+        on any failure."""
         strategy = strategy_for(plan.strategy)
-        reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
-        pre, version = strategy.publish(self.spark, plan, casts)
-        record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version)
+        try:
+            version = None
+            if record["status"] == "publishing":
+                version = committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish", plan.target_version)
+            if version is None:
+                check_protected(self.settings.protected_tables, _tables_of(plan), plan.approved_by)
+                check_rollback_ready(self.spark, plan.target_table,
+                                     {"the version this run was validated against": plan.target_version})
+                record = self.ledger.record_run(record, "publishing", approved_by=plan.approved_by)
+                crash_point("before_publish")
+                reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
+                _, version = with_conflict_retry(
+                    lambda: strategy.publish(self.spark, plan, casts),
+                    what=f"publishing {len(plan.partitions)} partitions [{plan.partitions[0].key} .. "
+                         f"{plan.partitions[-1].key}] of {plan.target_table}",
+                    attempts=self.settings.conflict_attempts, base_seconds=self.settings.retry_base_seconds,
+                    max_seconds=self.settings.retry_max_seconds,
+                    on_retry=lambda n, exc, delay: reporter.stage(f"publish: commit conflict, attempt {n + 1} in {delay:.1f} s"),
+                )
+                crash_point("after_publish")
+            else:
+                reporter.stage(f"found this run's commit: {plan.target_table} version {version}")
+            pre = version - 1  # the table as it was just before this run's commit, whoever committed before it
+            record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version,
+                                            rollback_until=rollback_until(self.spark, plan.target_table, version))
+        except BackfillError as exc:
+            self.ledger.record_run(record, "failed", message=str(exc))
+            raise
         post = strategy.verify(self.spark, plan, version)
         self.ledger.record_checks(plan.run_id, post)
         bad = [c for c in post if not c.success]
@@ -232,6 +358,10 @@ class Runner:
             message = f"post-publish check failed, restored version {pre} as version {restored}: {bad[0].describe()}"
             self.ledger.record_run(record, "rolled_back", message=message)
             raise RolledBackError(f"table {plan.target_table}: {message}")
+        marts: tuple[RunResult, ...] = ()
+        if plan.parent_run_id is None:
+            marts, monitored = self._release(plan, record, reporter)
+            post = post + monitored
         self.ledger.record_partitions(
             plan.run_id,
             [{"partition": p.key, "status": "published", "rows": rows.get(p.key), "ended_at": _utc()} for p in plan.partitions],
@@ -239,7 +369,115 @@ class Runner:
         self.ledger.record_run(record, "published")
         reporter.stage(f"published {plan.target_table} version {version} (was {pre})")
         self.write_report(plan)
-        return RunResult(plan, "published", rows, tuple(checks + post), pre, version)
+        return RunResult(plan, "published", rows, tuple(checks + post), pre, version, marts)
+
+    def _mart_plan(self, plan: BackfillPlan, index: int) -> BackfillPlan:
+        """The child plan that recomputes mart ``index`` (request order) for the partitions covering the range."""
+        mart = plan.request.marts[index]
+        request = plan.request.mart_request(mart)
+        state = read_table_state(self.spark, mart.table)
+        child = build_plan(
+            request, state, request_path=plan.request_path, staging_schema=self.settings.staging_schema,
+            batch_size=self.settings.batch_size, now=_utc(), run_id=f"{plan.run_id}__m{index}",
+            source_input=source_input(self.spark, source_frame(self.spark, request, *request.bounds())),
+        )
+        return replace(child, parent_run_id=plan.run_id, approved_by=plan.approved_by)
+
+    def _release(self, plan: BackfillPlan, record: dict, reporter: Reporter) -> tuple[tuple[RunResult, ...], list[Check]]:
+        """Recompute the marts in dependency order (child runs ``RUN_ID__mN``), then monitor every published
+        table; on any failure RESTORE every table this run published, newest first, and raise
+        :class:`RolledBackError` (the run ends ``rolled_back``)."""
+        order = {m.table: i for i, m in enumerate(plan.request.marts)}
+        results: list[RunResult] = []
+        try:
+            for mart in mart_order(plan.request.marts):
+                reporter.stage(f"mart {mart.table}: recomputing the partitions that cover the range")
+                result = self.run(self._mart_plan(plan, order[mart.table]))
+                results.append(result)
+            monitored = self._monitor(plan, results)
+            self.ledger.record_checks(plan.run_id, monitored)
+            failed = [c for c in monitored if not c.success]
+            if failed:
+                raise PublishError(f"monitor: {failed[0].describe()}")
+        except BackfillError as exc:
+            message = self._restore_all(plan, results, f"release failed: {exc}", reporter)
+            raise RolledBackError(f"run {plan.run_id} rolled back: {message}") from exc
+        return tuple(results), monitored
+
+    def _monitor(self, plan: BackfillPlan, marts: list[RunResult]) -> list[Check]:
+        """After everything published: every published table's suite passes on its published range (plus any
+        failure injected by ``BACKFILL_FAIL_MONITOR``). Row counts and checksums were compared with staging right
+        after each commit."""
+        checks: list[Check] = []
+        published = [(plan, None)] + [(r.plan, r.published_version) for r in marts if r.status == "published"]
+        for p, _ in published:
+            injected = monitor_failure(p.target_table)
+            if injected:
+                checks.append(Check("monitor", "injected_failure", False, None, None, message=f"{p.target_table}: {injected}"))
+            if p.request.expectations:
+                runner = SuiteRunner(load_suite(p.request.expectations), p.partition_keys)
+                df = self.spark.table(p.target_table)
+                df = df.where(p.predicate()) if p.request.range else df
+                for c in runner.validate(df, _suite_parameters(p, Batch(0, p.partitions))):
+                    checks.append(replace(c, kind="monitor", name=f"{p.target_table}: {c.name}"))
+        return checks
+
+    def _restore_all(self, plan: BackfillPlan, marts: list[RunResult], why: str, reporter: Reporter,
+                     action: str = "restore", **extra: str) -> str:
+        """RESTORE the marts this run published (newest first), then the target, to their pre-publish versions;
+        mark them all ``rolled_back``; return what was restored."""
+        restored = []
+        for r in reversed(marts):
+            if r.status != "published":
+                continue
+            child = self.ledger.run(r.plan.run_id)
+            new = restore(self.spark, r.plan, r.plan.target_table, r.pre_publish_version, action, **extra)
+            self.ledger.record_run(child, "rolled_back", message=f"{why}; restored version {r.pre_publish_version} as {new}")
+            restored.append(f"{r.plan.target_table} to version {r.pre_publish_version}")
+        current = self.ledger.run(plan.run_id)
+        pre = current["pre_publish_version"]
+        new = restore(self.spark, plan, plan.target_table, pre, action, **extra)
+        restored.append(f"{plan.target_table} to version {pre}")
+        message = f"{why}; restored {', '.join(restored)}"
+        self.ledger.record_run(current, "rolled_back", message=message)
+        reporter.stage(message)
+        self.write_report(plan)
+        return message
+
+    def rollback(self, run_id: str, by: str, why: str, force: bool = False) -> str:
+        """Restore every table of published run ``run_id`` (marts newest first, then the target) to its
+        pre-publish version, recording ``by`` and ``why`` in the ledger and in the RESTORE commits.
+
+        Raises
+        ------
+        PublishError
+            When the run is not ``published``, or (without ``force``) a table has commits after the run's, which
+            a RESTORE would silently undo; the message names the table and those versions.
+        """
+        self.ledger.ensure()
+        record = self.ledger.run(run_id)
+        if record["status"] != "published":
+            raise PublishError(f"run {run_id} is {record['status']}; only a published run can be rolled back")
+        plan = plan_from_summary(json.loads(record["plan_json"]))
+        order = {m.table: i for i, m in enumerate(plan.request.marts)}
+        marts = []
+        for mart in mart_order(plan.request.marts):
+            child = self.ledger.find_run(f"{run_id}__m{order[mart.table]}")
+            if child and child["status"] == "published":
+                marts.append(RunResult(plan_from_summary(json.loads(child["plan_json"])), "published",
+                                       pre_publish_version=child["pre_publish_version"],
+                                       published_version=child["published_version"]))
+        blockers = []
+        for table, version in [(plan.target_table, record["published_version"])] + [
+                (r.plan.target_table, r.published_version) for r in marts]:
+            later = later_commits(self.spark, table, version)
+            if later:
+                blockers.append(f"table {table} has versions {', '.join(map(str, later))} after this run's version {version}")
+        if blockers and not force:
+            raise PublishError(f"rollback of run {run_id} refused: {'; '.join(blockers)}; RESTORE would undo them too "
+                               "(rerun with --force to restore anyway)")
+        return self._restore_all(plan, marts, f"rolled back by {by}: {why}", Reporter(self.console, run_id),
+                                 action="rollback", rolled_back_by=by, rollback_reason=why)
 
     def _gate_row_counts(self, plan: BackfillPlan, rows: dict[str, int]) -> list[Check]:
         if not strategy_for(plan.strategy).replaces_partitions:
@@ -247,71 +485,38 @@ class Runner:
         current = {p.key: p.current.rows for p in plan.partitions}
         return row_count_checks(current, rows, plan.request.gates)
 
-    def _stage(self, plan: BackfillPlan, casts: tuple[ColumnCast, ...], reporter: Reporter) -> dict[str, int]:
-        strategy = strategy_for(plan.strategy)
-        if plan.strategy is not Strategy.REBUILD:
-            ensure_staging_table(self.spark, plan, tuple(Column(c.name, c.type) for c in casts))
-        rows: dict[str, int] = {}
-        reporter.start_partitions(len(plan.partitions), "staging")
-        try:
-            for batch in plan.batches:
-                started = _utc()
-                self.ledger.record_partitions(
-                    plan.run_id,
-                    [{"partition": k, "batch": batch.index, "status": "staging", "attempt": 1, "started_at": started} for k in batch.keys],
-                )
-                bounds = (batch.start, batch.end) if plan.request.range else (None, None)
-                df = aligned(source_frame(self.spark, plan.request, *bounds), casts)
-                try:
-                    strategy.check_batch(plan, batch, df)
-                    staged = strategy.stage(self.spark, plan, batch, df)
-                except BackfillError as exc:
-                    self.ledger.record_partitions(
-                        plan.run_id,
-                        [{"partition": k, "batch": batch.index, "status": "failed", "message": str(exc)} for k in batch.keys],
-                    )
-                    raise
-                ended = _utc()
-                self.ledger.record_partitions(
-                    plan.run_id,
-                    [
-                        {"partition": k, "batch": batch.index, "status": "staged", "rows": n, "attempt": 1,
-                         "started_at": started, "ended_at": ended}
-                        for k, n in staged.items()
-                    ],
-                )
-                rows.update(staged)
-                reporter.advance(len(batch.keys), sum(staged.values()), f"staged batch {batch.index}")
-        finally:
-            reporter.stop_partitions()
-        return rows
+    def _validate(self, plan: BackfillPlan, suite, reporter: Reporter) -> tuple[list[Check], list]:
+        """Audit the staged rows of the whole range at once (write-audit-publish): one GX validation, one
+        aggregation per reconciliation or metric rule, one diff; every check still names its partition.
 
-    def _validate(self, plan: BackfillPlan, suite, reporter: Reporter) -> list[Check]:
+        Once over the range rather than per batch, because each validation costs a fixed few seconds (GX's
+        checkpoint, one Spark job per rule) that batches would multiply.
+        """
         results_dir = self.settings.runs_dir / plan.run_id
-        runner = SuiteRunner(suite, plan.partition_column, results_dir) if suite else None
+        runner = SuiteRunner(suite, plan.partition_keys, results_dir) if suite else None
         whole = plan.strategy is Strategy.REBUILD
+        scope = Batch(0, plan.partitions)  # every planned partition, as one unit of validation
+        staged = self.spark.table(plan.staging_table)
+        current = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
+        if not whole:
+            staged = staged.where(plan.predicate())
+            current = current.where(plan.predicate())
         checks: list[Check] = []
-        diffs = []
-        for batch in plan.batches:
-            staged = self.spark.table(plan.staging_table)
-            current = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
-            if not whole:
-                staged = staged.where(plan.batch_predicate(batch))
-                current = current.where(plan.batch_predicate(batch))
-            if runner:
-                checks += runner.validate(staged, _suite_parameters(plan, batch), batch.index)
-            for rule in plan.request.reconciliation:
-                checks += reconcile_batch(self.spark, plan, batch, rule, whole_table=whole)
-            for rule in plan.request.metric_rules:
-                checks += self._metric_rule(plan, batch, rule, staged, whole)
-            batch_diffs = self._diff(plan, staged, current)
-            diffs += batch_diffs.values()
-            if plan.request.diff_gate is not None:
-                checks += evaluate_diff(batch_diffs, plan.request.diff_gate, batch.index)
-        self.ledger.record_diffs(plan.run_id, diffs)
+        if runner:
+            checks += runner.validate(staged, _suite_parameters(plan, scope))
+        for rule in plan.request.reconciliation:
+            checks += reconcile_batch(self.spark, plan, scope, rule, whole_table=whole)
+        for rule in plan.request.metric_rules:
+            checks += self._metric_rule(plan, scope, rule, staged, whole)
+        diffs = self._diff(plan, staged, current)
+        if plan.request.diff_gate is not None:
+            checks += evaluate_diff(diffs, plan.request.diff_gate)
+        batch_of = {k: b.index for b in plan.batches for k in b.keys}
+        checks = [replace(c, batch=batch_of.get(c.partition)) for c in checks]
+        self.ledger.record_diffs(plan.run_id, diffs.values())
         passed = sum(c.success for c in checks)
         reporter.stage(f"validated: {passed} of {len(checks)} checks passed")
-        return checks, diffs
+        return checks, list(diffs.values())
 
     def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged, whole: bool) -> list[Check]:
         source = self.spark.table(rule.source.table)
@@ -346,7 +551,7 @@ class Runner:
     def _fail_gate(self, plan: BackfillPlan, record: dict, failures: list[Check]) -> None:
         by_partition: dict[str, list[Check]] = {}
         for c in failures:
-            by_partition.setdefault(c.partition or f"batch {c.batch}", []).append(c)
+            by_partition.setdefault(c.partition or ("the range" if c.batch is None else f"batch {c.batch}"), []).append(c)
         keys = {p.key for p in plan.partitions}
         self.ledger.record_partitions(
             plan.run_id,

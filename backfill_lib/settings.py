@@ -52,6 +52,14 @@ class Settings(BaseModel):
         Catalog schemas (databases) holding staging tables and the ledger tables.
     batch_size:
         Default number of partitions staged by one Spark job.
+    concurrency:
+        Default number of batches staged at once (concurrent Spark jobs in the FAIR pool ``backfill``).
+    conflict_attempts, retry_base_seconds, retry_max_seconds:
+        A write that meets a Delta commit conflict is tried at most ``conflict_attempts`` times in all, waiting
+        ``min(retry_max_seconds, retry_base_seconds * 2**(n-1))`` seconds (times a random 0.5-1) after failure n.
+    protected_tables:
+        Tables a run may publish to (as target or mart) only with ``--approve NAME``; the approver is recorded
+        in the ledger and in the commit's ``userMetadata``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -61,6 +69,11 @@ class Settings(BaseModel):
     staging_schema: str = "backfill_staging"
     ledger_schema: str = "backfill_ledger"
     batch_size: int = Field(default=31, ge=1)
+    concurrency: int = Field(default=2, ge=1, le=64)
+    conflict_attempts: int = Field(default=5, ge=1)
+    retry_base_seconds: float = Field(default=0.5, ge=0)
+    retry_max_seconds: float = Field(default=8.0, ge=0)
+    protected_tables: tuple[str, ...] = ()
     spark: SparkSettings = Field(default_factory=SparkSettings)
 
     @property

@@ -94,6 +94,8 @@ def build_local_session(settings: Settings) -> SparkSession:
         .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
         .config("spark.sql.warehouse.dir", str(settings.warehouse_dir))
         .config("spark.sql.session.timeZone", settings.time_zone)
+        # Batches run as concurrent jobs; FAIR shares the executors between them instead of first-come.
+        .config("spark.scheduler.mode", "FAIR")
         .config(
             "spark.hadoop.javax.jdo.option.ConnectionURL",
             f"jdbc:derby:;databaseName={settings.metastore_dir};create=true",

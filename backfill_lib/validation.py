@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame
 
 from backfill_lib.errors import SuiteError
 from backfill_lib.ledger import Check
+from backfill_lib.partition_keys import PartitionKeys, keys_of
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,12 @@ class SuiteRunner:
 
     With ``results_dir``, every validation goes through a GX Checkpoint whose ``UpdateDataDocsAction`` builds
     GX Data Docs (HTML, ``results_dir/data_docs/index.html``), and each result is kept as JSON
-    (``results_dir/validation/batch_<n>.json``).
+    (``results_dir/validation/range.json`` for the run's whole range, ``batch_<n>.json`` for a batch).
+    Failing rows are attributed to partitions keyed as the plan keys them (``partition_column`` may be the
+    plan's :class:`PartitionKeys`).
     """
 
-    def __init__(self, loaded: LoadedSuite, partition_column: str, results_dir: Path | None = None):
+    def __init__(self, loaded: LoadedSuite, partition_column: str | PartitionKeys, results_dir: Path | None = None):
         import logging
 
         import great_expectations as gx
@@ -100,7 +103,8 @@ class SuiteRunner:
         for name in ("great_expectations", "great_expectations.data_context.types.base"):
             logging.getLogger(name).setLevel(logging.WARNING)
         self.loaded = loaded
-        self.partition_column = partition_column
+        self.partition_keys = keys_of(partition_column)
+        partition_column = self.partition_keys.column
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         context = gx.get_context(mode="ephemeral")
@@ -137,14 +141,15 @@ class SuiteRunner:
     def validate(self, df: DataFrame, parameters: dict[str, Any], batch: int | None = None) -> list[Check]:
         """Validate ``df``; return one :class:`Check` per expectation and failing partition.
 
-        A passing expectation gives one passing check for the batch; a failing one gives a check per partition
+        ``batch`` is ``None`` when ``df`` is the run's whole range. A passing expectation gives one passing
+        check; a failing one gives a check per partition
         holding unexpected rows (``observed`` is that partition's count of unexpected rows), or one batch-level
         check when GX cannot point at rows (for example a missing column, which GX reports as an exception).
         """
         if self.checkpoint is not None:
             run = self.checkpoint.run(batch_parameters={"dataframe": df}, expectation_parameters=parameters)
             result = next(iter(run.run_results.values()))
-            out = self.results_dir / "validation" / f"batch_{batch}.json"
+            out = self.results_dir / "validation" / ("range.json" if batch is None else f"batch_{batch}.json")
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(result.describe())
         else:
@@ -159,7 +164,9 @@ class SuiteRunner:
                 checks.append(Check("expectation", name, True, batch=batch))
                 continue
             index = (r.result or {}).get("unexpected_index_list") or []
-            per_partition = Counter(str(row.get(self.partition_column)) for row in index if isinstance(row, dict))
+            column = self.partition_keys.column
+            per_partition = Counter(self.partition_keys.key_of_value(row.get(column)) or "NULL"
+                                    for row in index if isinstance(row, dict))
             if raised or not per_partition:
                 observed = (r.result or {}).get("observed_value", (r.result or {}).get("unexpected_count"))
                 message = f"GX raised: {raised.splitlines()[0]}" if raised else None

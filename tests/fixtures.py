@@ -19,6 +19,12 @@ D8, D9, D10, D11 = date(2024, 3, 8), date(2024, 3, 9), date(2024, 3, 10), date(2
 #: target: 2024-03-08 holds 2 rows, 2024-03-09 holds 3, 2024-03-10 holds 4
 TARGET_ROWS = [(1, D8, 1), (2, D8, 2), (3, D9, 3), (4, D9, 4), (5, D9, 5), (6, D10, 6), (7, D10, 7), (8, D10, 8), (9, D10, 9)]
 
+#: a source for recomputing 2024-03-08..10 of TARGET_ROWS: the same rows, each v times 10 once recomputed
+FULL_SOURCE = [(1, D8, 10), (2, D8, 20), (3, D9, 30), (4, D9, 40), (5, D9, 50), (6, D10, 60), (7, D10, 70),
+               (8, D10, 80), (9, D10, 90)]
+#: the target after that recompute (the request's SQL multiplies v by 10)
+FULL_EXPECTED = [(i, d, v * 10) for i, d, v in FULL_SOURCE]
+
 SUITE = {
     "name": "events",
     "expectations": [

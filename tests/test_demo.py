@@ -7,7 +7,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from backfill_lib.cli import main
-from backfill_lib.demo import DAILY_ROUTE_DELAYS, FLIGHT_COUNT, FLIGHTS, setup_demo
+from backfill_lib.demo import DAILY_ROUTE_DELAYS, FLIGHT_COUNT, FLIGHTS, MONTHLY_ROUTE_DELAYS, setup_demo
 from backfill_lib.tables import current_version
 
 pytestmark = pytest.mark.demo
@@ -25,6 +25,13 @@ def independent_daily(spark, where):
     ).select(*COLUMNS)
 
 
+def independent_monthly(daily):
+    """The monthly mart computed with the DataFrame API from daily rows."""
+    return daily.groupBy(F.trunc("flight_date", "MM").alias("month"), "origin", "dest", "carrier").agg(
+        F.sum("flights").alias("flights"), F.sum("cancelled").alias("cancelled"),
+        F.sum("total_arr_delay_min").alias("total_arr_delay_min"))
+
+
 def test_demo_backfill_fixes_the_first_quarter_and_nothing_else(spark, settings, capsys):
     first = setup_demo(spark, settings)
     assert (first.flights, first.flights_rows) == ("created", FLIGHT_COUNT)
@@ -36,6 +43,7 @@ def test_demo_backfill_fixes_the_first_quarter_and_nothing_else(spark, settings,
     assert spark.table(FLIGHTS).where("flight_date <> make_date(year, month, day)").count() == 0
     q1 = "flight_date < DATE'2013-04-01'"
     before = current_version(spark, DAILY_ROUTE_DELAYS)
+    monthly_before = current_version(spark, MONTHLY_ROUTE_DELAYS)
     defective = spark.table(DAILY_ROUTE_DELAYS).where(q1).select(*COLUMNS)
     assert defective.exceptAll(independent_daily(spark, q1)).count() > 1000  # the defect is real
 
@@ -59,3 +67,16 @@ def test_demo_backfill_fixes_the_first_quarter_and_nothing_else(spark, settings,
     history = spark.sql(f"DESCRIBE HISTORY {DAILY_ROUTE_DELAYS}").orderBy(F.col("version").desc()).first()
     assert history["version"] == before + 1
     assert json.loads(history["userMetadata"])["run_id"] == run_id
+
+    # the downstream mart: January to March recomputed from the fixed daily rows, under the same run ID
+    q1_months = "month < DATE'2013-04-01'"
+    assert_df_equality(spark.table(MONTHLY_ROUTE_DELAYS).where(q1_months),
+                       independent_monthly(independent_daily(spark, q1)), ignore_row_order=True, ignore_nullable=True)
+    monthly_history = spark.sql(f"DESCRIBE HISTORY {MONTHLY_ROUTE_DELAYS}").orderBy(F.col("version").desc()).first()
+    assert (monthly_history["version"], json.loads(monthly_history["userMetadata"])["run_id"]) == (monthly_before + 1, run_id)
+
+    # ... and the release rolls back as one unit
+    assert main(["rollback", run_id, "--by", "demo-test", "--reason", "check the rollback"]) == 0
+    for table, version in ((DAILY_ROUTE_DELAYS, before), (MONTHLY_ROUTE_DELAYS, monthly_before)):
+        assert_df_equality(spark.table(table), spark.read.option("versionAsOf", version).table(table),
+                           ignore_row_order=True, allow_nan_equality=True)

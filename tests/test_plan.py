@@ -99,6 +99,7 @@ def test_explain_shows_counts_edges_and_totals():
     assert "first 2013-01-01, last 2013-03-31" in text
     assert "3 files, 1.5 KiB, 551 rows" in text
     assert "... 70 more" in text
+    assert "demo.monthly_route_delays: 3 x month (2013-01-01 .. 2013-03-01), recomputed after the target" in text
     assert "2013-04-01 " not in text.split("range")[-1].split("Partitions touched")[-1]
     assert human_bytes(1536) == "1.5 KiB" and human_bytes(12) == "12 B"
 

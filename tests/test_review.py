@@ -38,7 +38,7 @@ def test_diff_gate_blocks_deletes_and_the_report_shows_why(spark, settings, db, 
     assert "1 deleted keys, at most 0 allowed" in html
     assert 'href="data_docs/index.html"' in html
     assert (settings.runs_dir / plan.run_id / "data_docs" / "index.html").exists()  # GX Data Docs
-    kept = (settings.runs_dir / plan.run_id / "validation" / "batch_0.json").read_text()
+    kept = (settings.runs_dir / plan.run_id / "validation" / "range.json").read_text()
     assert "expect_column_values_to_not_be_null" in kept and '"success": true' in kept
     markdown = (settings.runs_dir / plan.run_id / "report.md").read_text()
     assert "| 2024-03-09 | 5 |" in markdown  # rows before

@@ -9,7 +9,7 @@ from backfill_lib.errors import DuplicateKeyError
 from backfill_lib.ledger import Check
 from backfill_lib.partitions import quote_ident, range_predicate
 from backfill_lib.plan import BackfillPlan, Batch
-from backfill_lib.publish import check_fence, commit_metadata, find_version, user_metadata
+from backfill_lib.publish import check_fence, find_version, idempotent_commit
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.strategies.base import StrategyImpl
 
@@ -76,9 +76,9 @@ class Patch(StrategyImpl):
         if plan.request.delete_missing:
             in_range = range_predicate(plan.partition_column, plan.range_start, plan.range_end, "t")
             merge = merge.whenNotMatchedBySourceDelete(condition=in_range)
-        with user_metadata(spark, commit_metadata(plan, "publish")):
+        with idempotent_commit(spark, plan):
             merge.execute()
-        return pre, find_version(spark, plan.target_table, plan.run_id, "publish", pre)
+        return pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)
 
     def verify(self, spark: SparkSession, plan: BackfillPlan, version: int) -> list[Check]:
         """Every staged row is present in the published version as staged (and, with ``delete_missing``, no

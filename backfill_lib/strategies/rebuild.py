@@ -7,7 +7,7 @@ from pyspark.sql import DataFrame, SparkSession
 from backfill_lib.ledger import Check
 from backfill_lib.partitions import quote_ident
 from backfill_lib.plan import BackfillPlan, Batch
-from backfill_lib.publish import check_fence, commit_metadata, find_version, user_metadata
+from backfill_lib.publish import check_fence, find_version, idempotent_commit
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.tables import partition_stats
@@ -41,13 +41,13 @@ class Rebuild(StrategyImpl):
         tblprops = ""
         if properties:
             tblprops = " TBLPROPERTIES (" + ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in properties.items()) + ")"
-        with user_metadata(spark, commit_metadata(plan, "publish")):
+        with idempotent_commit(spark, plan):
             spark.sql(
                 f"CREATE OR REPLACE TABLE {plan.target_table} USING delta "
                 f"PARTITIONED BY ({quote_ident(plan.partition_column)}){tblprops} "
                 f"AS SELECT * FROM {plan.staging_table}"
             )
-        return pre, find_version(spark, plan.target_table, plan.run_id, "publish", pre)
+        return pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)
 
     def verify(self, spark: SparkSession, plan: BackfillPlan, version: int) -> list[Check]:
         return verify_partitions(spark, plan, version, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from backfill_lib.plan import BackfillPlan
-from backfill_lib.publish import check_fence, commit_metadata, find_version
+from backfill_lib.publish import check_fence, find_version, publish_options
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.strategies.base import StrategyImpl
 
@@ -34,9 +34,9 @@ class Recompute(StrategyImpl):
             .write.format("delta")
             .mode("overwrite")
             .option("replaceWhere", predicate)
-            .option("userMetadata", commit_metadata(plan, "publish"))
+            .options(**publish_options(plan))
         )
         if any(c.new for c in casts):
             writer = writer.option("mergeSchema", "true")
         writer.saveAsTable(plan.target_table)
-        return pre, find_version(spark, plan.target_table, plan.run_id, "publish", pre)
+        return pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)

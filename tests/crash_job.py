@@ -1,0 +1,46 @@
+"""A backfill process for the crash tests: create small tables if missing, then run ``backfill`` commands.
+
+    python tests/crash_job.py SCHEMA[,SCHEMA...] -- ARGS [-- ARGS ...]
+
+Creates ``SCHEMA.events`` (the target) and ``SCHEMA.events_src`` (the source) for each schema when they do not
+exist, then runs each ``ARGS`` through :func:`backfill_lib.cli.main` in this one process (one Spark start), and
+exits with the first non-zero exit code. ``BACKFILL_HOME`` chooses the folder (warehouse, Derby metastore);
+``BACKFILL_CRASH_AT`` kills the process at a named point (see :mod:`backfill_lib.faults`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from backfill_lib.cli import main  # noqa: E402
+from backfill_lib.settings import load_settings  # noqa: E402
+from backfill_lib.spark import get_spark  # noqa: E402
+from tests.fixtures import EVENTS_SCHEMA, FULL_SOURCE, TARGET_ROWS  # noqa: E402
+
+
+def setup(spark, schema: str) -> None:
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    for name, rows in (("events", TARGET_ROWS), ("events_src", FULL_SOURCE)):
+        if not spark.catalog.tableExists(f"{schema}.{name}"):
+            df = spark.createDataFrame(rows, EVENTS_SCHEMA)
+            df.write.format("delta").partitionBy("dt").saveAsTable(f"{schema}.{name}")
+
+
+def run(argv: list[str]) -> int:
+    schemas, *commands = " ".join(argv).split(" -- ")
+    spark = get_spark(load_settings())
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    for schema in schemas.split(","):
+        setup(spark, schema)
+    for command in commands:
+        code = main(command.split())
+        if code:
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))

@@ -1,0 +1,146 @@
+"""Release as one unit: a downstream mart under the same run ID, the monitor's automatic RESTORE, rollback,
+history, rollback readiness after VACUUM, and protected tables."""
+
+import json
+from datetime import date
+
+import pytest
+from chispa import assert_df_equality
+from rich.console import Console
+
+from backfill_lib.errors import PublishError, RolledBackError
+from backfill_lib.ledger import Ledger
+from backfill_lib.runner import Runner, prepare
+from backfill_lib.tables import current_version
+from tests.fixtures import D9, EVENTS_SCHEMA, events_request, make_events
+
+SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100)]
+MARCH = date(2024, 3, 1)
+
+
+def with_mart(tmp_path, db, **extra):
+    """The events request of 2024-03-09 plus the monthly mart ``db.events_monthly`` (rows and sum of v)."""
+    sql = tmp_path / "monthly.sql"
+    sql.write_text(f"SELECT trunc(dt, 'MM') AS month, count(*) AS n, sum(v) AS total FROM {db}.events "
+                   "WHERE dt >= :range_start AND dt < :range_end GROUP BY trunc(dt, 'MM')")
+    suite = tmp_path / "monthly.json"
+    suite.write_text('{"name": "monthly", "expectations": [{"type": "expect_column_values_to_not_be_null", '
+                     '"kwargs": {"column": "month"}}]}')
+    mart = {"table": f"{db}.events_monthly", "partition_column": "month", "grain": "month", "sql": str(sql),
+            "keys": ["month"], "expectations": str(suite)}
+    return events_request(tmp_path, db, marts=[mart], **extra)
+
+
+def make_tables(spark, db):
+    make_events(spark, db, SOURCE)
+    spark.sql(f"CREATE TABLE {db}.events_monthly USING delta PARTITIONED BY (month) AS "
+              f"SELECT trunc(dt, 'MM') AS month, count(*) AS n, sum(v) AS total FROM {db}.events GROUP BY 1")
+
+
+def runner(spark, settings, **changes):
+    return Runner(spark, settings.model_copy(update=changes), Console(file=open("/dev/null", "w")))
+
+
+def snapshot(spark, table, version):
+    return spark.read.option("versionAsOf", version).table(table)
+
+
+def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, settings, db, tmp_path, capsys):
+    from backfill_lib.cli import main
+
+    make_tables(spark, db)
+    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
+    result = runner(spark, settings).run(plan, state)
+
+    assert result.status == "published" and [m.status for m in result.marts] == ["published"]
+    mart = result.marts[0]
+    assert mart.plan.run_id == f"{plan.run_id}__m0" and [p.key for p in mart.plan.partitions] == ["2024-03-01"]
+    # 2024-03-09 now holds 300+400+500+1000 (source v times 10); the other six rows keep v 1, 2, 6, 7, 8, 9
+    assert [tuple(r) for r in spark.table(f"{db}.events_monthly").collect()] == [(MARCH, 10, 2233)]
+    meta = json.loads(spark.sql(f"DESCRIBE HISTORY {db}.events_monthly").orderBy("version", ascending=False)
+                      .first()["userMetadata"])
+    assert (meta["run_id"], meta["mart_run_id"], meta["action"]) == (plan.run_id, mart.plan.run_id, "publish")
+    monitor = [c for c in result.checks if c.kind == "monitor"]
+    assert monitor and all(c.success for c in monitor)
+    assert {c.name.split(":")[0] for c in monitor} == {f"{db}.events", f"{db}.events_monthly"}
+
+    assert main(["history", f"{db}.events_monthly"]) == 0
+    assert plan.run_id in capsys.readouterr().out
+
+    assert main(["rollback", plan.run_id, "--by", "ana@example.com", "--reason", "TEST-6 wrong numbers"]) == 0
+    for table, version in ((f"{db}.events", 0), (f"{db}.events_monthly", 0)):
+        assert_df_equality(spark.table(table), snapshot(spark, table, version), ignore_row_order=True)
+    ledger = Ledger(spark, settings.ledger_schema)
+    assert ledger.run(plan.run_id)["status"] == "rolled_back"
+    assert ledger.run(mart.plan.run_id)["status"] == "rolled_back"
+    assert "rolled back by ana@example.com: TEST-6 wrong numbers" in ledger.run(plan.run_id)["message"]
+    capsys.readouterr()
+    assert main(["history", f"{db}.events"]) == 0
+    out = capsys.readouterr().out
+    assert "rollback" in out and "publish" in out
+
+
+def test_monitor_failure_restores_target_and_mart_newest_first(spark, settings, db, tmp_path, monkeypatch):
+    from backfill_lib.faults import MONITOR_ENV
+
+    make_tables(spark, db)
+    monkeypatch.setenv(MONITOR_ENV, f"{db}.events_monthly")
+    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
+    with pytest.raises(RolledBackError, match=rf"restored {db}.events_monthly to version 0, {db}.events to version 0"):
+        runner(spark, settings).run(plan, state)
+
+    for table in (f"{db}.events", f"{db}.events_monthly"):
+        assert current_version(spark, table) == 2  # 0 created, 1 published, 2 restored
+        assert_df_equality(spark.table(table), snapshot(spark, table, 0), ignore_row_order=True)
+    ledger = Ledger(spark, settings.ledger_schema)
+    assert ledger.run(plan.run_id)["status"] == "rolled_back"
+    assert ledger.run(f"{plan.run_id}__m0")["status"] == "rolled_back"
+
+
+def test_rollback_refuses_when_a_later_commit_touched_the_target(spark, settings, db, tmp_path):
+    make_tables(spark, db)
+    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
+    runner(spark, settings).run(plan, state)
+    spark.sql(f"INSERT INTO {db}.events VALUES (99, DATE'2024-03-11', 99)")  # version 2
+
+    with pytest.raises(PublishError, match=rf"table {db}.events has versions 2 after this run's version 1"):
+        runner(spark, settings).rollback(plan.run_id, "ana", "test")
+    assert current_version(spark, f"{db}.events") == 2
+    runner(spark, settings).rollback(plan.run_id, "ana", "test", force=True)
+    assert_df_equality(spark.table(f"{db}.events"), snapshot(spark, f"{db}.events", 0), ignore_row_order=True)
+
+
+def test_publish_refused_when_vacuum_removed_files_of_the_validated_version(spark, settings, db, tmp_path):
+    make_events(spark, db, SOURCE)
+    plan, state = prepare(spark, settings, events_request(tmp_path, db))
+    assert runner(spark, settings).run(plan, state, until="validate").status == "validated"
+    (spark.createDataFrame([(1, date(2024, 3, 8), 5)], EVENTS_SCHEMA).write.format("delta").mode("overwrite")
+     .option("replaceWhere", "dt = DATE'2024-03-08'").saveAsTable(f"{db}.events"))  # outside the range: version 1
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM {db}.events RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+
+    vacuumed = current_version(spark, f"{db}.events")  # VACUUM logs its own start and end commits
+    with pytest.raises(PublishError, match=rf"rollback readiness: table {db}.events version 0 \(the version this run "
+                                           r"was validated against\) can no longer be restored: 1 of its data files"):
+        runner(spark, settings).publish_validated(plan.run_id)
+    assert current_version(spark, f"{db}.events") == vacuumed
+
+
+def test_protected_table_needs_an_approver_recorded_in_ledger_and_commit(spark, settings, db, tmp_path):
+    make_events(spark, db, SOURCE)
+    plan, state = prepare(spark, settings, events_request(tmp_path, db))
+    guarded = runner(spark, settings, protected_tables=(f"{db}.events",))
+    with pytest.raises(PublishError, match=rf"table {db}.events is protected .* needs --approve NAME"):
+        guarded.run(plan, state)
+    assert current_version(spark, f"{db}.events") == 0
+    assert Ledger(spark, settings.ledger_schema).partitions(plan.run_id) == []  # refused before staging
+
+    plan2, state2 = prepare(spark, settings, events_request(tmp_path, db))
+    guarded.approved_by = "lead@example.com"
+    assert guarded.run(plan2, state2).status == "published"
+    assert Ledger(spark, settings.ledger_schema).run(plan2.run_id)["approved_by"] == "lead@example.com"
+    meta = json.loads(spark.sql(f"DESCRIBE HISTORY {db}.events").where("version = 1").first()["userMetadata"])
+    assert meta["approved_by"] == "lead@example.com"

@@ -1,0 +1,136 @@
+"""The run engine in one process: same run ID twice, conflict retries, a concurrent appender, cancel and resume."""
+
+import threading
+import time
+from datetime import date
+
+import pytest
+from chispa import assert_df_equality
+from rich.console import Console
+
+from backfill_lib.errors import ConflictError
+from backfill_lib.ledger import Ledger
+from backfill_lib.runner import Runner, prepare
+from backfill_lib.tables import current_version
+from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, FULL_EXPECTED, FULL_SOURCE, TARGET_ROWS, events_request, make_events
+
+SOURCE, EXPECTED = FULL_SOURCE, FULL_EXPECTED
+
+
+def runner(spark, settings, **changes):
+    return Runner(spark, settings.model_copy(update=changes), Console(file=open("/dev/null", "w")))
+
+
+def test_same_request_and_run_id_twice_writes_once(spark, settings, db, tmp_path):
+    make_events(spark, db, [(3, D9, 1), (4, D9, 2), (5, D9, 3)])
+    path = events_request(tmp_path, db)
+    plan, state = prepare(spark, settings, path, run_id="same_id_1")
+    first = runner(spark, settings).run(plan, state)
+    version = current_version(spark, f"{db}.events")
+    assert (first.status, first.published_version, version) == ("published", 1, 1)
+
+    plan2, state2 = prepare(spark, settings, path, run_id="same_id_1")
+    second = runner(spark, settings).run(plan2, state2)
+    assert (second.status, second.published_version) == ("published", 1)
+    assert current_version(spark, f"{db}.events") == 1  # no new version
+    assert spark.table(f"{db}.events").where("dt = DATE'2024-03-09'").count() == 3  # not 6
+
+
+def test_run_id_of_another_request_is_refused(spark, settings, db, tmp_path):
+    from backfill_lib.errors import RequestError
+
+    make_events(spark, db, [(3, D9, 1), (4, D9, 2), (5, D9, 3)])
+    plan, state = prepare(spark, settings, events_request(tmp_path, db), run_id="taken_1")
+    runner(spark, settings).run(plan, state)
+    other = events_request(tmp_path, db, start=D10, end=D10)
+    plan2, state2 = prepare(spark, settings, other, run_id="taken_1")
+    with pytest.raises(RequestError, match="run ID taken_1 already belongs to another request"):
+        runner(spark, settings).run(plan2, state2)
+
+
+def test_injected_conflict_is_retried_and_succeeds(spark, settings, db, tmp_path, monkeypatch):
+    from backfill_lib import faults
+
+    faults.reset()
+    monkeypatch.setenv(faults.CONFLICT_ENV, "2024-03-09:2")
+    make_events(spark, db, SOURCE)
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D8, end=D10, batch_size=1))
+    result = runner(spark, settings, retry_base_seconds=0.01).run(plan, state)
+
+    assert result.status == "published"
+    parts = {p["partition"]: p for p in Ledger(spark, settings.ledger_schema).partitions(plan.run_id)}
+    assert parts["2024-03-09"]["attempt"] == 3 and parts["2024-03-08"]["attempt"] == 1
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(EXPECTED, EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
+def test_conflict_that_never_clears_fails_naming_the_partition(spark, settings, db, tmp_path, monkeypatch):
+    from backfill_lib import faults
+
+    faults.reset()
+    monkeypatch.setenv(faults.CONFLICT_ENV, "2024-03-10:always")
+    make_events(spark, db, SOURCE)
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D8, end=D10, batch_size=1))
+    with pytest.raises(ConflictError, match=r"staging batch 2 \[2024-03-10 \.\. 2024-03-10\] of t_\w+\.events: "
+                                            r"Delta commit conflict did not clear after 3 attempts"):
+        runner(spark, settings, conflict_attempts=3, retry_base_seconds=0.01).run(plan, state)
+    assert current_version(spark, f"{db}.events") == 0
+    ledger = Ledger(spark, settings.ledger_schema)
+    assert ledger.run(plan.run_id)["status"] == "failed"
+    assert {p["partition"]: p["status"] for p in ledger.partitions(plan.run_id)}["2024-03-10"] == "failed"
+
+
+def test_concurrent_appender_outside_the_range_loses_nothing(spark, settings, db, tmp_path):
+    make_events(spark, db, SOURCE)
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, batch_size=1))
+    done = threading.Event()
+    appended = []
+
+    def append():
+        i = 100
+        while not done.is_set() or not appended:  # at least one append, however fast the run is
+            rows = [(i, D11, i), (i + 1, date(2024, 3, 7), i + 1)]
+            spark.createDataFrame(rows, EVENTS_SCHEMA).write.format("delta").mode("append").saveAsTable(f"{db}.events")
+            appended.extend(rows)
+            i += 2
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    try:
+        result = runner(spark, settings).run(plan, state)
+    finally:
+        done.set()
+        thread.join()
+
+    assert result.status == "published"
+    in_range = [(i, d, v * 10) for i, d, v in SOURCE if d in (D9, D10)]
+    outside = [r for r in TARGET_ROWS if r[1] == D8]
+    expected = spark.createDataFrame(in_range + outside + appended, EVENTS_SCHEMA)
+    assert_df_equality(spark.table(f"{db}.events"), expected, ignore_row_order=True, ignore_nullable=True)
+    assert len(appended) >= 2
+
+
+def test_sigterm_cancels_between_batches_and_resume_finishes(spark, settings, db, tmp_path, monkeypatch, capsys):
+    from backfill_lib import faults
+    from backfill_lib.cli import main
+
+    make_events(spark, db, SOURCE)
+    request = events_request(tmp_path, db, start=D8, end=D10, batch_size=1, concurrency=1)
+    monkeypatch.setenv(faults.SIGNAL_ENV, "after_stage:0")
+    assert main(["run", str(request), "--run-id", "cancel_me_1"]) == 130
+    ledger = Ledger(spark, settings.ledger_schema)
+    assert ledger.run("cancel_me_1")["status"] == "cancelled"
+    statuses = {p["partition"]: p["status"] for p in ledger.partitions("cancel_me_1")}
+    assert statuses == {"2024-03-08": "staged"}  # batch 0 ended; batches 1 and 2 never started
+    assert current_version(spark, f"{db}.events") == 0
+    assert "backfill resume cancel_me_1" in capsys.readouterr().err
+
+    monkeypatch.delenv(faults.SIGNAL_ENV)
+    assert main(["resume", "cancel_me_1"]) == 0
+    assert ledger.run("cancel_me_1")["status"] == "published"
+    assert current_version(spark, f"{db}.events") == 1
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(EXPECTED, EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+    assert main(["resume", "cancel_me_1"]) == 0  # finished: nothing more to write
+    assert current_version(spark, f"{db}.events") == 1
