@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ EXPECTED = [(1, D8, 1), (2, D8, 2), (3, D9, 300), (4, D9, 400), (5, D9, 500), (1
 
 
 @pytest.fixture(scope="module")
-def spark_home(tmp_path_factory) -> Path:
+def spark_home(tmp_path_factory):
     """A SPARK_HOME of links to the pip-installed pyspark, so that executor work dirs stay out of the venv."""
     home = tmp_path_factory.mktemp("spark_home")
     package = Path(pyspark.__file__).parent
@@ -61,7 +62,8 @@ def spark_home(tmp_path_factory) -> Path:
         (home / name).symlink_to(package / name)
     (home / "conf").mkdir()
     (home / "conf" / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
-    return home
+    yield home
+    shutil.rmtree(home / "work", ignore_errors=True)  # the executors' copies of the Delta jars, ~90 MB each
 
 
 def spark_submit(spark_home: Path, home: Path, *args: str, master: str = MASTER) -> subprocess.CompletedProcess:
