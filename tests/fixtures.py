@@ -69,3 +69,22 @@ def events_request(tmp_path: Path, db: str, start: date = D9, end: date = D9, sq
         ]
     fields.update(extra)
     return write_request(tmp_path / "events.yml", **fields)
+
+
+def make_monthly(spark: SparkSession, db: str) -> None:
+    """Create the mart ``db.events_monthly`` (month DATE, n BIGINT rows, total BIGINT sum of v) from ``db.events``."""
+    spark.sql(f"CREATE TABLE {db}.events_monthly USING delta PARTITIONED BY (month) AS "
+              f"SELECT trunc(dt, 'MM') AS month, count(*) AS n, sum(v) AS total FROM {db}.events GROUP BY 1")
+
+
+def with_mart(tmp_path: Path, db: str, **extra) -> Path:
+    """:func:`events_request` plus the monthly mart ``db.events_monthly`` (rows and sum of v per month)."""
+    sql = tmp_path / "monthly.sql"
+    sql.write_text(f"SELECT trunc(dt, 'MM') AS month, count(*) AS n, sum(v) AS total FROM {db}.events "
+                   "WHERE dt >= :range_start AND dt < :range_end GROUP BY trunc(dt, 'MM')")
+    suite = tmp_path / "monthly.json"
+    suite.write_text('{"name": "monthly", "expectations": [{"type": "expect_column_values_to_not_be_null", '
+                     '"kwargs": {"column": "month"}}]}')
+    mart = {"table": f"{db}.events_monthly", "partition_column": "month", "grain": "month", "sql": str(sql),
+            "keys": ["month"], "expectations": str(suite)}
+    return events_request(tmp_path, db, marts=[mart], **extra)

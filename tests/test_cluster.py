@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 from backfill_lib.cli import main
 from backfill_lib.spark import DELTA_CATALOG, DELTA_EXTENSION, LOG4J2_PROPERTIES
 from tests.cluster_setup import create_tables
-from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, events_request
+from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, with_mart
 
 pytestmark = pytest.mark.cluster
 
@@ -135,14 +135,15 @@ def test_backfill_job_help_and_exit_code_under_spark_submit(spark_home, tmp_path
 
 def test_spark_submit_on_local_cluster_publishes_what_the_local_run_publishes(spark, db, spark_home, tmp_path,
                                                                             tmp_path_factory):
-    request = events_request(tmp_path, db, reconcile=True)
+    request = with_mart(tmp_path, db, reconcile=True)
     home = tmp_path_factory.mktemp("cluster_home")
 
     _ok(spark_submit(spark_home, home, "tests/cluster_setup.py", db, master="local[1]"))
     out = _ok(spark_submit(spark_home, home, "jobs/backfill_job.py", "run", str(request)))
     run_id = re.search(r"run ID: (bf_\w+)", out).group(1)
-    assert (f"run {run_id}: published 1 partitions (4 rows) into {db}.events as version 1 (was 0); "
-            "6 of 6 checks passed") in out
+    assert re.search(rf"run {run_id}: published 1 partitions \(4 rows\) into {db}.events as version 1 \(was 0\); "
+                     r"(\d+) of \1 checks passed", out)
+    assert f"mart {db}.events_monthly: 1 partitions published as version 1 (was 0)" in out
 
     # the same request in this session's own Spark (local[2], its own metastore), from the same rows
     create_tables(spark, db)
@@ -175,3 +176,13 @@ def test_spark_submit_on_local_cluster_publishes_what_the_local_run_publishes(sp
     latest = runs.where(F.col("run_id") == run_id).agg(F.max_by("status", "seq"), F.max_by("published_version", "seq"))
     assert tuple(latest.first()) == ("published", 1)
     assert (home / "runs" / run_id / "report.html").is_file()
+
+    # the mart published under the same run ID, and the release rolls back as one unit under spark-submit
+    mart_path = home / "warehouse" / f"{db}.db" / "events_monthly"
+    assert_df_equality(spark.read.format("delta").load(str(mart_path)), spark.table(f"{db}.events_monthly"),
+                       ignore_row_order=True)
+    _ok(spark_submit(spark_home, home, "jobs/backfill_job.py", "rollback", run_id, "--by", "ci", "--reason", "test"))
+    for p in (path, mart_path):
+        restored = spark.read.format("delta").load(str(p))
+        assert_df_equality(restored, spark.read.format("delta").option("versionAsOf", 0).load(str(p)),
+                           ignore_row_order=True)

@@ -12,29 +12,15 @@ from backfill_lib.errors import PublishError, RolledBackError
 from backfill_lib.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
 from backfill_lib.tables import current_version
-from tests.fixtures import D9, EVENTS_SCHEMA, events_request, make_events
+from tests.fixtures import D9, EVENTS_SCHEMA, events_request, make_events, make_monthly, with_mart
 
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100)]
 MARCH = date(2024, 3, 1)
 
 
-def with_mart(tmp_path, db, **extra):
-    """The events request of 2024-03-09 plus the monthly mart ``db.events_monthly`` (rows and sum of v)."""
-    sql = tmp_path / "monthly.sql"
-    sql.write_text(f"SELECT trunc(dt, 'MM') AS month, count(*) AS n, sum(v) AS total FROM {db}.events "
-                   "WHERE dt >= :range_start AND dt < :range_end GROUP BY trunc(dt, 'MM')")
-    suite = tmp_path / "monthly.json"
-    suite.write_text('{"name": "monthly", "expectations": [{"type": "expect_column_values_to_not_be_null", '
-                     '"kwargs": {"column": "month"}}]}')
-    mart = {"table": f"{db}.events_monthly", "partition_column": "month", "grain": "month", "sql": str(sql),
-            "keys": ["month"], "expectations": str(suite)}
-    return events_request(tmp_path, db, marts=[mart], **extra)
-
-
 def make_tables(spark, db):
     make_events(spark, db, SOURCE)
-    spark.sql(f"CREATE TABLE {db}.events_monthly USING delta PARTITIONED BY (month) AS "
-              f"SELECT trunc(dt, 'MM') AS month, count(*) AS n, sum(v) AS total FROM {db}.events GROUP BY 1")
+    make_monthly(spark, db)
 
 
 def runner(spark, settings, **changes):
