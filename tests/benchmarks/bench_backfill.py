@@ -55,6 +55,7 @@ import statistics
 import subprocess
 import sys
 import time
+import threading
 import tracemalloc
 import uuid
 from collections import Counter, defaultdict
@@ -93,18 +94,22 @@ class StageTimer:
     """Exclusive (self) time, call count and Spark jobs per label of the library functions wrapped while it is
     installed.
 
-    A wrapped call nested in another wrapped call is subtracted from its parent, so the labels' times add up
-    to the time spent inside wrapped calls, with nothing counted twice.
+    A wrapped call nested in another wrapped call (in the same thread) is subtracted from its parent, so the
+    labels' times of the main thread add up to the time spent inside wrapped calls, with nothing counted twice.
+    Calls made in other threads (batches staged concurrently) are kept apart in ``thread_seconds``: they overlap
+    the main thread's wall time of staging (``BatchStager.stage``) and each other.
     """
 
     OTHER = "other (runner Python, gates, between calls)"
+    IN_THREADS = " (batch threads, summed)"
 
     def __init__(self, sc=None) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: Counter = Counter()
         self.jobs: Counter = Counter()
         self._seen: dict[str, set] = defaultdict(set)
-        self._stack: list[list[float]] = []
+        self.thread_seconds: dict[str, float] = defaultdict(float)
+        self._local = threading.local()  # one stack of open calls per thread
         self._patched: list[tuple[object, str, object]] = []
         self.sc = sc
         self._group = f"bench-{uuid.uuid4().hex[:8]}:"  # job groups of this timer only, not of an earlier run
@@ -125,6 +130,11 @@ class StageTimer:
         self._seen[tag] |= ids
         self.sc.setLocalProperty(JOB_GROUP, previous)
 
+    def stack(self) -> list[list[float]]:
+        if not hasattr(self._local, "stack"):
+            self._local.stack = []
+        return self._local.stack
+
     def wrap(self, owner: object, name: str, label) -> None:
         original = getattr(owner, name)
         timer = self
@@ -132,8 +142,12 @@ class StageTimer:
         @functools.wraps(original)
         def timed(*args, **kwargs):
             tag = label(*args, **kwargs) if callable(label) else label
+            main = threading.current_thread() is threading.main_thread()
+            if not main:
+                tag += timer.IN_THREADS
             children = [0.0]
-            timer._stack.append(children)
+            stack = timer.stack()
+            stack.append(children)
             group = timer.enter_group(tag)
             started = time.perf_counter()
             try:
@@ -141,11 +155,11 @@ class StageTimer:
             finally:
                 elapsed = time.perf_counter() - started
                 timer.leave_group(tag, group)
-                timer._stack.pop()
-                timer.seconds[tag] += elapsed - children[0]
+                stack.pop()
+                (timer.seconds if main else timer.thread_seconds)[tag] += elapsed - children[0]
                 timer.calls[tag] += 1
-                if timer._stack:
-                    timer._stack[-1][0] += elapsed
+                if stack:
+                    stack[-1][0] += elapsed
 
         self._patched.append((owner, name, original))
         setattr(owner, name, timed)
@@ -171,6 +185,7 @@ class StageTimer:
         w(runner, "run_record", "ledger: plan summary JSON")
         w(Ledger, "ensure", "ledger: ensure tables")
         w(Ledger, "_append", lambda self, name, rows: f"ledger: insert into {name}")
+        w(batch_stager.BatchStager, "stage", "staging: all batches, wall time (their calls: batch threads)")
         w(batch_stager, "ensure_staging_table", "staging: create staging table")
         w(batch_stager, "source_frame", "source SQL analysis (per call)")
         w(StrategyImpl, "stage", "staging: write batch (source query + replaceWhere)")
@@ -201,6 +216,12 @@ class StageTimer:
         rest = total - sum(self.seconds.values())
         rows.append({"stage": self.OTHER, "seconds": round(rest, 3), "calls": None, "spark_jobs": self.jobs[self.OTHER],
                      "share": round(rest / total, 4) if total else None})
+        # Thread time of concurrent batches: summed over threads, so it can exceed the staging wall time above.
+        rows += [
+            {"stage": k, "seconds": round(v, 3), "calls": self.calls[k],
+             "spark_jobs": self.jobs[k], "share": round(v / total, 4) if total else None, "in_threads": True}
+            for k, v in sorted(self.thread_seconds.items(), key=lambda kv: -kv[1])
+        ]
         return rows
 
 
@@ -352,6 +373,7 @@ def run_full(spark, settings, request: Path) -> tuple[float, dict]:
         "batch_size": len(plan.batches[0].partitions),
         "checks": len(result.checks),
         "spark_jobs": sum(timer.jobs.values()),
+        "concurrency": getattr(plan.request, "concurrency", None) or getattr(settings, "concurrency", 1),
         "prepare_s": round(prepared - started, 3),
         "run_s": round(ended - prepared, 3),
         "stages": timer.breakdown(total),
@@ -676,7 +698,7 @@ def met(ok: bool | None) -> str:
 def print_results(results: dict) -> None:
     m, c = results["machine"], results["config"]
     table = Table(title=f"delta-backfill benchmark ({m.get('cores')} cores, {m.get('spark_master', '-')}, "
-                        f"batch_size {c['batch_size']})")
+                        f"batch_size {c['batch_size']}, concurrency {c.get('concurrency') or 1})")
     for col in ("measure", "value", "target", "met"):
         table.add_column(col, justify="left" if col == "measure" else "right")
     a, b, p = results.get("tpch"), results.get("tiny"), results.get("plan")
@@ -714,12 +736,17 @@ def print_results(results: dict) -> None:
         if not detail:
             continue
         stages = Table(title=f"{title}: where the time goes ({detail['full_s']:.2f} s, {detail['batches']} batches "
-                             f"of {detail['batch_size']}, {detail['spark_jobs']} Spark jobs)")
+                             f"of {detail['batch_size']}, concurrency {detail.get('concurrency', 1)}, "
+                             f"{detail['spark_jobs']} Spark jobs)")
         for col in ("stage (exclusive time)", "seconds", "calls", "per call", "Spark jobs", "share"):
             stages.add_column(col, justify="left" if col.startswith("stage") else "right")
+        threads_started = False
         for row in detail["stages"]:
             if row["seconds"] < 0.005 and row["calls"]:
                 continue
+            if row.get("in_threads") and not threads_started:
+                threads_started = True
+                stages.add_section()  # below: time inside the batch threads, overlapping the staging wall time
             calls = row["calls"]
             stages.add_row(row["stage"], f"{row['seconds']:.2f}", "" if calls is None else str(calls),
                            f"{row['seconds'] / calls:.2f}" if calls else "", str(row["spark_jobs"]),
@@ -741,7 +768,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="request field batch_size (default: settings batch_size)")
     parser.add_argument("--concurrency", type=int, default=None,
-                        help="request field concurrency, when the request model has one")
+                        help="request field concurrency (default: settings concurrency)")
     parser.add_argument("--master", default="local[2]", help="Spark master")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--driver-memory", default="6g")
@@ -772,7 +799,8 @@ def main(argv: list[str] | None = None) -> int:
             "year": args.year,
             "batch_size": settings.batch_size,
             "batch_size_from": "--batch-size (request field)" if args.batch_size else "settings batch_size",
-            "concurrency": args.concurrency,
+            "concurrency": args.concurrency or getattr(settings, "concurrency", None),
+            "concurrency_from": "--concurrency (request field)" if args.concurrency else "settings concurrency",
             "concurrency_supported": concurrency_supported(),
             "home": str(settings.home),
         },
