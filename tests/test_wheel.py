@@ -17,6 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: every command of ``backfill --help``, in its order
+COMMANDS = ("plan", "run", "resume", "publish", "rollback", "history", "status", "report", "demo")
+
+
 def _run(*args, **kwargs) -> subprocess.CompletedProcess:
     proc = subprocess.run(args, capture_output=True, text=True, timeout=900, **kwargs)
     assert proc.returncode == 0, f"{args}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -55,8 +59,8 @@ def test_wheel_installs_in_a_fresh_venv_and_backfill_help_runs(tmp_path):
     out = _run(str(bin_dir / "backfill"), "--help", env={**env, "COLUMNS": "100"}, cwd=tmp_path).stdout
     assert "Safe backfills of Delta Lake tables: intake, plan, run, validate, publish." in out
     commands = [line.split()[1] for line in out.splitlines() if line.startswith("│ ") and len(line.split()) > 2
-                and line.split()[1] in ("plan", "run", "publish", "status", "report", "demo")]
-    assert commands == ["plan", "run", "publish", "status", "report", "demo"]
+                and line.split()[1] in COMMANDS]
+    assert commands == list(COMMANDS)
 
     # the console script reports a bad request with the documented exit code, without starting Spark
     bad = subprocess.run([str(bin_dir / "backfill"), "run", "missing.yml"], capture_output=True, text=True,
