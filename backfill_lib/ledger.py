@@ -156,13 +156,18 @@ class Ledger:
     def __init__(self, spark: SparkSession, schema: str):
         self.spark = spark
         self.schema = schema
+        self._ensured = False
 
     def table(self, name: str) -> str:
         return f"{self.schema}.{name}"
 
     def ensure(self) -> None:
         """Create the ledger schema and tables when missing; add columns a newer version defines (nullable, so
-        older events read as NULL there)."""
+        older events read as NULL there). Done once per :class:`Ledger`: a run, its resume and its marts' child
+        runs all call it."""
+        if self._ensured:
+            return
+        self._ensured = True
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
         for name, schema in _SCHEMAS.items():
             if not self.spark.catalog.tableExists(self.table(name)):

@@ -168,6 +168,7 @@ class Runner:
         self.cancelled = threading.Event()
         #: who approved publishing to protected tables (``--approve``); recorded in the ledger and commits
         self.approved_by: str | None = None
+        self._mart_plans: dict[tuple[str, int], BackfillPlan] = {}
 
     def cancel(self) -> None:
         """Ask the run to stop: batches in flight finish, no new batch starts, the run ends ``cancelled``."""
@@ -372,7 +373,14 @@ class Runner:
         return RunResult(plan, "published", rows, tuple(checks + post), pre, version, marts)
 
     def _mart_plan(self, plan: BackfillPlan, index: int) -> BackfillPlan:
-        """The child plan that recomputes mart ``index`` (request order) for the partitions covering the range."""
+        """The child plan that recomputes mart ``index`` (request order) for the partitions covering the range.
+        Built once per runner: intake checks it before staging and the release runs the same plan."""
+        key = (plan.run_id, index)
+        if key not in self._mart_plans:
+            self._mart_plans[key] = self._build_mart_plan(plan, index)
+        return self._mart_plans[key]
+
+    def _build_mart_plan(self, plan: BackfillPlan, index: int) -> BackfillPlan:
         mart = plan.request.marts[index]
         request = plan.request.mart_request(mart)
         state = read_table_state(self.spark, mart.table)
@@ -409,8 +417,7 @@ class Runner:
         failure injected by ``BACKFILL_FAIL_MONITOR``). Row counts and checksums were compared with staging right
         after each commit."""
         checks: list[Check] = []
-        published = [(plan, None)] + [(r.plan, r.published_version) for r in marts if r.status == "published"]
-        for p, _ in published:
+        for p in [plan] + [r.plan for r in marts if r.status == "published"]:
             injected = monitor_failure(p.target_table)
             if injected:
                 checks.append(Check("monitor", "injected_failure", False, None, None, message=f"{p.target_table}: {injected}"))
