@@ -21,6 +21,7 @@ from backfill_lib.ledger import Ledger
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.progress import Reporter
 from backfill_lib.retry import with_conflict_retry
+from backfill_lib.scheduler_pool import POOL
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.settings import Settings
 from backfill_lib.sources import source_frame
@@ -29,8 +30,6 @@ from backfill_lib.staging import aligned, ensure_staging_table
 from backfill_lib.strategies import strategy_for
 from backfill_lib.tables import Column
 
-#: The FAIR scheduler pool batches run in (``spark.scheduler.mode=FAIR`` in the local session).
-POOL = "backfill"
 
 
 def _utc() -> datetime:
@@ -75,6 +74,7 @@ class BatchStager:
         concurrency = max(1, min(plan.request.concurrency or self.settings.concurrency, len(todo) or 1))
         if plan.strategy is not Strategy.REBUILD:
             ensure_staging_table(self.spark, plan, tuple(Column(c.name, c.type) for c in casts))
+        self.ledger.flush()  # the run and its plan are in the ledger before any row is staged: resume can find it
         reporter.start_partitions(len(plan.partitions), "staging", done=skipped, rows=sum(rows.values()))
         try:
             rows.update(self._run_all(plan, casts, reporter, todo, concurrency))

@@ -162,6 +162,53 @@ def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str) -
     return {partition_of_key(k, grain, time_zone).key: v for k, v in partitions.items() if k is not None}
 
 
+#: Source input per batch when batches are sized by bytes: large enough that a batch's fixed cost (a Spark job,
+#: a staging commit, a ledger event; about a second locally) is small beside its work, small enough that a
+#: failed or resumed batch redoes little.
+DEFAULT_BATCH_BYTES = 512 * 2**20
+#: Partitions per batch when nothing tells their size (no file-based source, an empty target).
+FALLBACK_BATCH_SIZE = 31
+
+
+def batch_partitions(planned: list[PlannedPartition], source_input: SourceInput, batch_bytes: int) -> int:
+    """Partitions per batch so that each batch reads about ``batch_bytes`` bytes. Pure.
+
+    Bytes per partition are the source's input bytes over the whole range (file-system metadata after
+    partition pruning, :class:`SourceInput`) spread evenly over the planned partitions; without them, the
+    target's current bytes per partition (Delta log). With neither, :data:`FALLBACK_BATCH_SIZE`. The result is
+    between 1 and the number of planned partitions.
+    """
+    n = len(planned)
+    if n == 0:
+        return 1
+    total = source_input.bytes or sum(p.current.bytes for p in planned)
+    if not total:
+        return min(n, FALLBACK_BATCH_SIZE)
+    return max(1, min(n, batch_bytes * n // total))  # batch_bytes / (total / n), in integers
+
+
+def _with_current_stats(parts: list[Partition], partitions: dict[str, PartitionStats], grain) -> list[PlannedPartition]:
+    """Each partition with the target's stats for it. Hours are matched by their UTC start, which parses
+    Delta's value once per partition instead of building a second set of keys (planning ten years of hours
+    stays linear and fast)."""
+    from backfill_lib.partitions import Grain
+
+    empty = PartitionStats()
+    if grain is not Grain.HOUR:
+        return [PlannedPartition(p, partitions.get(p.key, empty)) for p in parts]
+    by_start: dict[datetime, PartitionStats] = {}
+    for value, stats in partitions.items():
+        if value is None:
+            continue
+        try:
+            start = datetime.fromisoformat(value.replace(" ", "T"))
+        except ValueError:
+            partition_of_key(value, grain, "UTC")  # raises PartitionError naming the value
+            raise
+        by_start[start.replace(tzinfo=timezone.utc) if start.tzinfo is None else start.astimezone(timezone.utc)] = stats
+    return [PlannedPartition(p, by_start.get(p.start.astimezone(timezone.utc), empty)) for p in parts]
+
+
 def new_run_id(now: datetime) -> str:
     """``bf_YYYYMMDD_HHMMSS_xxxxxx``: UTC time of planning plus 6 random hex digits; safe in table names."""
     return f"bf_{now.astimezone(timezone.utc):%Y%m%d_%H%M%S}_{secrets.token_hex(3)}"
@@ -197,17 +244,19 @@ def build_plan(
     *,
     request_path: str,
     staging_schema: str,
-    batch_size: int,
+    batch_size: int | None,
     now: datetime,
     run_id: str | None = None,
     source_input: SourceInput = SourceInput(),
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> BackfillPlan:
     """Build the frozen plan of ``request`` against the target's ``state``. Pure.
 
     Parameters
     ----------
     batch_size:
-        Partitions per batch when the request does not set ``batch_size``.
+        Partitions per batch when the request does not set ``batch_size``; ``None`` sizes batches by bytes
+        (:func:`batch_partitions`, ``batch_bytes`` of source input per batch).
     now:
         Captured once by the caller; the run ID and ``planned_at`` derive from it.
 
@@ -228,9 +277,11 @@ def build_plan(
     else:
         start, end = bounds
         parts = enumerate_partitions(start, end, grain, tz)
-    current = stats_by_key(state.partitions, grain, tz)
-    planned = [PlannedPartition(p, current.get(p.key, PartitionStats())) for p in parts]
-    size = len(planned) or 1 if request.strategy is Strategy.REBUILD else request.batch_size or batch_size
+    planned = _with_current_stats(parts, state.partitions, grain)
+    if request.strategy is Strategy.REBUILD:
+        size = len(planned) or 1
+    else:
+        size = request.batch_size or batch_size or batch_partitions(planned, source_input, batch_bytes)
     batches = tuple(
         Batch(i, tuple(planned[j : j + size])) for i, j in enumerate(range(0, len(planned), size))
     )

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.errors import PublishError
+from backfill_lib.tables import current_version
 
 DEFAULT_DELETED_FILE_RETENTION = timedelta(days=7)
 DEFAULT_LOG_RETENTION = timedelta(days=30)
@@ -60,7 +61,10 @@ def rollback_until(spark: SparkSession, table: str, version: int) -> datetime:
 
 def _missing_files(spark: SparkSession, table: str, version: int) -> list[str]:
     """Data files of ``version`` that are no longer in storage (only those not in the current version are
-    looked up: the current version's files exist by definition)."""
+    looked up: the current version's files exist by definition, so nothing is listed when ``version`` is the
+    current one)."""
+    if current_version(spark, table) == version:
+        return []
     then = set(spark.read.option("versionAsOf", version).table(table).inputFiles())
     now = set(spark.table(table).inputFiles())
     jvm = spark.sparkContext._jvm

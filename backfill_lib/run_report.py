@@ -21,12 +21,26 @@ from backfill_lib.report import MetricPoint, PartitionRow, ReportData, write_rep
 from backfill_lib.settings import Settings
 
 
-def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str) -> tuple[MetricPoint, ...]:
-    """``metric`` per partition on the target as the plan saw it and on the run's staging table."""
+def _is_row_count(metric: str) -> bool:
+    return "".join(metric.split()).lower() in ("count(*)", "count(1)")
+
+
+def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
+                  staged_rows: dict[str, int | None] | None = None) -> tuple[MetricPoint, ...]:
+    """``metric`` per partition on the target as the plan saw it and on the run's staging table.
+
+    A row count (``count(*)``) is not recomputed when both sides are known: before from the plan's Delta-log
+    rows, after from ``staged_rows`` (the ledger's staged rows per partition, themselves from the staging
+    table's Delta log). Otherwise both tables are scanned.
+    """
     planned = plan_from_summary(plan)
+    before_rows = plan.get("current_rows") or {}
+    keys = [p.key for p in planned.partitions]
+    if (_is_row_count(metric) and keys and staged_rows is not None
+            and all(before_rows.get(k) is not None and staged_rows.get(k) is not None for k in keys)):
+        return tuple(MetricPoint(k, before_rows[k], staged_rows[k]) for k in sorted(keys))
     before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])
     after_df = spark.table(run["staging_table"]) if spark.catalog.tableExists(run["staging_table"]) else None
-    keys = [p.key for p in planned.partitions]
     if plan["request"].get("range") and keys:
         pred = planned.predicate()
         before_df = before_df.where(pred)
@@ -87,7 +101,7 @@ def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str, docs: Pa
         partitions=tuple(rows),
         checks=checks,
         metric_name=metric,
-        metric=metric_points(spark, run, plan, metric),
+        metric=metric_points(spark, run, plan, metric, {k: p.get("rows") for k, p in partitions.items()}),
         data_docs=docs,
     )
 

@@ -6,8 +6,10 @@ first and only write to the target, one commit, after every gate passed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,6 +43,7 @@ from backfill_lib.release import check_protected, check_rollback_ready, later_co
 from backfill_lib.retry import with_conflict_retry
 from backfill_lib.request import Strategy, load_request, mart_order
 from backfill_lib.run_report import write_run_report
+from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.settings import Settings
 from backfill_lib.sources import source_frame, source_input
@@ -77,16 +80,21 @@ def prepare(
     """Intake and plan: load the request, read the target's state from Delta, build the frozen plan (with
     ``run_id``, or a new one)."""
     request = load_request(request_path)
-    state = read_table_state(spark, request.target.table)
     bounds = request.bounds() or (None, None)
+    with ThreadPoolExecutor(2, thread_name_prefix="prepare") as pool:  # two independent reads of metadata
+        state_read = pool.submit(in_pool, spark, read_table_state, spark, request.target.table)
+        inputs = pool.submit(in_pool, spark, lambda: source_input(spark, source_frame(spark, request, *bounds)))
+        state = state_read.result()
+        found = inputs.result()
     plan = build_plan(
         request,
         state,
         request_path=str(request_path),
         staging_schema=settings.staging_schema,
         batch_size=settings.batch_size,
+        batch_bytes=settings.batch_bytes,
         now=_utc(),
-        source_input=source_input(spark, source_frame(spark, request, *bounds)),
+        source_input=found,
         run_id=run_id,
     )
     return plan, state
@@ -202,8 +210,21 @@ class Runner:
                 raise RequestError(f"{plan.request_path}: run ID {plan.run_id} already belongs to another request "
                                    f"({existing['request_name']}); choose a new run ID")
             return self.resume(plan.run_id, until=until)
-        record = self.ledger.record_run(run_record(plan), "planned")
-        return self._execute(plan, record, until)
+        with self._durable():
+            record = self.ledger.record_run(run_record(plan), "planned")
+            return self._execute(plan, record, until)
+
+    @contextlib.contextmanager
+    def _durable(self):
+        """Every ledger event of the block is committed when it ends, however it ends (a ledger error does not
+        replace the run's own)."""
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.ledger.flush()
+            raise
+        self.ledger.flush()
 
     def resume(self, run_id: str, until: str | None = None) -> RunResult:
         """Continue ``run_id`` from the ledger with the plan it stored.
@@ -232,7 +253,8 @@ class Runner:
         if status == "rolled_back":
             raise PublishError(f"run {run_id} was rolled back ({record['message']}); start a new run")
         reporter.stage(f"resuming from status {status}")
-        return self._execute(plan, record, until)
+        with self._durable():
+            return self._execute(plan, record, until)
 
     def _execute(self, plan: BackfillPlan, record: dict, until: str | None) -> RunResult:
         reporter = Reporter(self.console, plan.run_id)
@@ -249,9 +271,11 @@ class Runner:
             suite = load_suite(plan.request.expectations) if plan.request.expectations else None
             for i in range(len(plan.request.marts)):  # intake of every mart before anything is written
                 check_source_schema(self.spark, self._mart_plan(plan, i))
+            fresh = record["status"] == "planned"  # nothing staged yet: no need to read the ledger
             record = self.ledger.record_run(record, "staging")
             stager = BatchStager(self.spark, self.settings, self.ledger, self.cancelled)
-            rows = stager.stage(plan, casts, reporter, self.ledger.staged_rows(plan.run_id))
+            done = {} if fresh else self.ledger.staged_rows(plan.run_id)
+            rows = stager.stage(plan, casts, reporter, done)
             record = self.ledger.record_run(record, "staged")
             self._stop_if_cancelled(plan, "after staging")
             record = self.ledger.record_run(record, "validating")
@@ -332,6 +356,7 @@ class Runner:
                 check_rollback_ready(self.spark, plan.target_table,
                                      {"the version this run was validated against": plan.target_version})
                 record = self.ledger.record_run(record, "publishing", approved_by=plan.approved_by)
+                self.ledger.flush()  # write-ahead: a resume that finds "publishing" looks for this run's commit
                 crash_point("before_publish")
                 reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
                 _, version = with_conflict_retry(
@@ -361,7 +386,7 @@ class Runner:
             raise RolledBackError(f"table {plan.target_table}: {message}")
         marts: tuple[RunResult, ...] = ()
         if plan.parent_run_id is None:
-            marts, monitored = self._release(plan, record, reporter)
+            marts, monitored = self._release(plan, record, reporter, post)
             post = post + monitored
         self.ledger.record_partitions(
             plan.run_id,
@@ -386,12 +411,14 @@ class Runner:
         state = read_table_state(self.spark, mart.table)
         child = build_plan(
             request, state, request_path=plan.request_path, staging_schema=self.settings.staging_schema,
-            batch_size=self.settings.batch_size, now=_utc(), run_id=f"{plan.run_id}__m{index}",
+            batch_size=self.settings.batch_size, batch_bytes=self.settings.batch_bytes, now=_utc(),
+            run_id=f"{plan.run_id}__m{index}",
             source_input=source_input(self.spark, source_frame(self.spark, request, *request.bounds())),
         )
         return replace(child, parent_run_id=plan.run_id, approved_by=plan.approved_by)
 
-    def _release(self, plan: BackfillPlan, record: dict, reporter: Reporter) -> tuple[tuple[RunResult, ...], list[Check]]:
+    def _release(self, plan: BackfillPlan, record: dict, reporter: Reporter,
+                 post: list[Check]) -> tuple[tuple[RunResult, ...], list[Check]]:
         """Recompute the marts in dependency order (child runs ``RUN_ID__mN``), then monitor every published
         table; on any failure RESTORE every table this run published, newest first, and raise
         :class:`RolledBackError` (the run ends ``rolled_back``)."""
@@ -402,7 +429,7 @@ class Runner:
                 reporter.stage(f"mart {mart.table}: recomputing the partitions that cover the range")
                 result = self.run(self._mart_plan(plan, order[mart.table]))
                 results.append(result)
-            monitored = self._monitor(plan, results)
+            monitored = self._monitor(plan, results, post)
             self.ledger.record_checks(plan.run_id, monitored)
             failed = [c for c in monitored if not c.success]
             if failed:
@@ -412,21 +439,33 @@ class Runner:
             raise RolledBackError(f"run {plan.run_id} rolled back: {message}") from exc
         return tuple(results), monitored
 
-    def _monitor(self, plan: BackfillPlan, marts: list[RunResult]) -> list[Check]:
-        """After everything published: every published table's suite passes on its published range (plus any
-        failure injected by ``BACKFILL_FAIL_MONITOR``). Row counts and checksums were compared with staging right
-        after each commit."""
+    def _monitor(self, plan: BackfillPlan, marts: list[RunResult], post: list[Check]) -> list[Check]:
+        """After everything published: every published table's suite holds on its published range (plus any
+        failure injected by ``BACKFILL_FAIL_MONITOR``).
+
+        Where a replacing strategy (recompute, rebuild) published rows that the post-publish check proved equal
+        to the validated staged rows (row counts and checksums per partition), the suite already passed on those
+        very rows and is not run again; a patch's MERGE result was never validated whole, so its suite runs on
+        the published range."""
         checks: list[Check] = []
-        for p in [plan] + [r.plan for r in marts if r.status == "published"]:
+        published = [(plan, post)] + [(r.plan, [c for c in r.checks if c.kind == "post_publish"])
+                                      for r in marts if r.status == "published"]
+        for p, verified in published:
             injected = monitor_failure(p.target_table)
             if injected:
                 checks.append(Check("monitor", "injected_failure", False, None, None, message=f"{p.target_table}: {injected}"))
-            if p.request.expectations:
-                runner = SuiteRunner(load_suite(p.request.expectations), p.partition_keys)
-                df = self.spark.table(p.target_table)
-                df = df.where(p.predicate()) if p.request.range else df
-                for c in runner.validate(df, _suite_parameters(p, Batch(0, p.partitions))):
-                    checks.append(replace(c, kind="monitor", name=f"{p.target_table}: {c.name}"))
+            if not p.request.expectations:
+                continue
+            if p.strategy is not Strategy.PATCH and verified and all(c.success for c in verified):
+                checks.append(Check("monitor", f"{p.target_table}: suite {Path(p.request.expectations).name}", True,
+                                    message="published rows equal the validated staged rows (post-publish row counts "
+                                            "and checksums), on which the suite passed"))
+                continue
+            runner = SuiteRunner(load_suite(p.request.expectations), p.partition_keys)
+            df = self.spark.table(p.target_table)
+            df = df.where(p.predicate()) if p.request.range else df
+            for c in runner.validate(df, _suite_parameters(p, Batch(0, p.partitions))):
+                checks.append(replace(c, kind="monitor", name=f"{p.target_table}: {c.name}"))
         return checks
 
     def _restore_all(self, plan: BackfillPlan, marts: list[RunResult], why: str, reporter: Reporter,
@@ -483,8 +522,9 @@ class Runner:
         if blockers and not force:
             raise PublishError(f"rollback of run {run_id} refused: {'; '.join(blockers)}; RESTORE would undo them too "
                                "(rerun with --force to restore anyway)")
-        return self._restore_all(plan, marts, f"rolled back by {by}: {why}", Reporter(self.console, run_id),
-                                 action="rollback", rolled_back_by=by, rollback_reason=why)
+        with self._durable():
+            return self._restore_all(plan, marts, f"rolled back by {by}: {why}", Reporter(self.console, run_id),
+                                     action="rollback", rolled_back_by=by, rollback_reason=why)
 
     def _gate_row_counts(self, plan: BackfillPlan, rows: dict[str, int]) -> list[Check]:
         if not strategy_for(plan.strategy).replaces_partitions:
@@ -508,14 +548,22 @@ class Runner:
         if not whole:
             staged = staged.where(plan.predicate())
             current = current.where(plan.predicate())
-        checks: list[Check] = []
-        if runner:
-            checks += runner.validate(staged, _suite_parameters(plan, scope))
-        for rule in plan.request.reconciliation:
-            checks += reconcile_batch(self.spark, plan, scope, rule, whole_table=whole)
-        for rule in plan.request.metric_rules:
-            checks += self._metric_rule(plan, scope, rule, staged, whole)
-        diffs = self._diff(plan, staged, current)
+        # Independent read-only audits run at once (the FAIR pool shares the cluster between them): on small
+        # ranges each is mostly fixed Spark latency, which overlaps.
+        with ThreadPoolExecutor(max(1, self.settings.concurrency), thread_name_prefix=f"{plan.run_id}-audit") as pool:
+            def submit(fn, *args):
+                return pool.submit(in_pool, self.spark, fn, *args)
+
+            audits = []
+            if runner:
+                audits.append(submit(runner.validate, staged, _suite_parameters(plan, scope)))
+            for rule in plan.request.reconciliation:
+                audits.append(submit(reconcile_batch, self.spark, plan, scope, rule, whole))
+            for rule in plan.request.metric_rules:
+                audits.append(submit(self._metric_rule, plan, scope, rule, staged, whole))
+            diffed = submit(self._diff, plan, staged, current)
+            checks: list[Check] = [c for a in audits for c in a.result()]
+            diffs = diffed.result()
         if plan.request.diff_gate is not None:
             checks += evaluate_diff(diffs, plan.request.diff_gate)
         batch_of = {k: b.index for b in plan.batches for k in b.keys}
@@ -550,6 +598,7 @@ class Runner:
     def write_report(self, plan: BackfillPlan) -> None:
         """Write the run's report; a failure to write it is logged, never raised over the run's own outcome."""
         try:
+            self.ledger.flush()
             html, _ = write_run_report(self.spark, self.settings, plan.run_id)
             Reporter(self.console, plan.run_id).stage(f"report: {html}")
         except Exception as exc:  # the report must not mask the run's result

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from backfill_lib.errors import ConfigError
+from backfill_lib.plan import DEFAULT_BATCH_BYTES
 
 DEFAULT_SETTINGS_PATH = Path("conf/settings.yml")
 HOME_ENV = "BACKFILL_HOME"
@@ -51,7 +52,10 @@ class Settings(BaseModel):
     staging_schema, ledger_schema:
         Catalog schemas (databases) holding staging tables and the ledger tables.
     batch_size:
-        Default number of partitions staged by one Spark job.
+        Default number of partitions staged by one Spark job; unset (``null``), batches are sized by bytes.
+    batch_bytes:
+        When neither request nor settings fix ``batch_size``: bytes of source input per batch (the source's
+        input files over the range, spread evenly over its partitions; see :func:`backfill_lib.plan.batch_partitions`).
     concurrency:
         Default number of batches staged at once (concurrent Spark jobs in the FAIR pool ``backfill``).
     conflict_attempts, retry_base_seconds, retry_max_seconds:
@@ -68,7 +72,8 @@ class Settings(BaseModel):
     time_zone: str = "UTC"
     staging_schema: str = "backfill_staging"
     ledger_schema: str = "backfill_ledger"
-    batch_size: int = Field(default=31, ge=1)
+    batch_size: int | None = Field(default=None, ge=1)
+    batch_bytes: int = Field(default=DEFAULT_BATCH_BYTES, ge=1)
     concurrency: int = Field(default=2, ge=1, le=64)
     conflict_attempts: int = Field(default=5, ge=1)
     retry_base_seconds: float = Field(default=0.5, ge=0)

@@ -5,7 +5,7 @@ import pytest
 
 from backfill_lib.errors import IntakeError, SchemaMismatchError
 from backfill_lib.explain import explain, human_bytes
-from backfill_lib.plan import build_plan, staging_table_name
+from backfill_lib.plan import FALLBACK_BATCH_SIZE, SourceInput, build_plan, staging_table_name
 from backfill_lib.request import load_request
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.tables import Column, PartitionStats, TableState
@@ -68,6 +68,24 @@ def test_run_id_derives_from_now_and_request_batch_size_wins():
     unbatched = request.model_copy(update={"batch_size": None})
     plan = build_plan(unbatched, state(), request_path="r", staging_schema="s", batch_size=10, now=NOW)
     assert len(plan.batches) == 9
+
+
+def test_batches_sized_by_source_bytes_when_no_batch_size_is_set():
+    request = load_request("conf/backfills/fix_daily_route_delays.yml").model_copy(update={"batch_size": None})
+
+    def sizes(batch_bytes, source_input=SourceInput(), table_state=None):
+        plan = build_plan(request, table_state or state(), request_path="r", staging_schema="s", batch_size=None,
+                          now=NOW, source_input=source_input, batch_bytes=batch_bytes)
+        return [len(b.partitions) for b in plan.batches]
+
+    # 90 partitions reading 9,000,000 bytes: 100,000 bytes each, so 2,500,000 bytes make 25 partitions a batch.
+    assert sizes(2_500_000, SourceInput(files=90, bytes=9_000_000)) == [25, 25, 25, 15]
+    assert sizes(10**12, SourceInput(files=90, bytes=9_000_000)) == [90]  # never more than the range
+    assert sizes(1, SourceInput(files=90, bytes=9_000_000)) == [1] * 90  # never fewer than one
+    # No file-based source: the target's bytes in range (1,500 over 90 partitions, from the Delta log).
+    assert sizes(500) == [30, 30, 30]
+    # Nothing known (an empty target, a non-file source): the fallback size.
+    assert sizes(500, table_state=state(partitions={})) == [FALLBACK_BATCH_SIZE, FALLBACK_BATCH_SIZE, 28]
 
 
 def test_staging_name_keeps_catalog():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.ledger import Check
 from backfill_lib.partition_keys import PartitionKeys
 from backfill_lib.plan import BackfillPlan, Batch
@@ -62,8 +65,10 @@ def verify_partitions(spark: SparkSession, plan: BackfillPlan, version: int, pre
     staged_df = spark.table(plan.staging_table)
     if predicate is not None:
         published_df, staged_df = published_df.where(predicate), staged_df.where(predicate)
-    published = partition_fingerprints(published_df, plan.partition_keys)
-    staged = partition_fingerprints(staged_df, plan.partition_keys)
+    with ThreadPoolExecutor(2, thread_name_prefix=f"{plan.run_id}-verify") as pool:  # two independent scans
+        sides = [pool.submit(in_pool, spark, partition_fingerprints, df, plan.partition_keys)
+                 for df in (published_df, staged_df)]
+        published, staged = (f.result() for f in sides)
     checks = []
     keys = set(published) | set(staged)
     if predicate is not None:  # a planned partition that is empty on both sides is still reported

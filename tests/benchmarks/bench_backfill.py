@@ -101,7 +101,7 @@ class StageTimer:
     """
 
     OTHER = "other (runner Python, gates, between calls)"
-    IN_THREADS = " (batch threads, summed)"
+    IN_THREADS = " (other threads: batches, ledger writer; summed)"
 
     def __init__(self, sc=None) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
@@ -184,7 +184,13 @@ class StageTimer:
         w(runner, "check_source_schema", "intake: source schema check")
         w(runner, "run_record", "ledger: plan summary JSON")
         w(Ledger, "ensure", "ledger: ensure tables")
-        w(Ledger, "_append", lambda self, name, rows: f"ledger: insert into {name}")
+        if hasattr(Ledger, "flush"):  # events written behind by a writer thread
+            w(Ledger, "_insert", lambda self, name, rows: f"ledger: insert into {name}")
+            w(Ledger, "flush", "ledger: wait for queued events (flush)")
+        else:
+            w(Ledger, "_append", lambda self, name, rows: f"ledger: insert into {name}")
+        w(Ledger, "find_run", "ledger: read run")
+        w(Ledger, "partitions", "ledger: read partitions")
         w(batch_stager.BatchStager, "stage", "staging: all batches, wall time (their calls: batch threads)")
         w(batch_stager, "ensure_staging_table", "staging: create staging table")
         w(batch_stager, "source_frame", "source SQL analysis (per call)")
@@ -200,6 +206,9 @@ class StageTimer:
         w(recompute, "find_version", "publish: find published version")
         w(StrategyImpl, "verify", "verify: rows + checksum vs staging")
         w(runner.Runner, "write_report", "report: HTML + Markdown")
+        w(runner, "check_rollback_ready", "publish: rollback readiness (files of the version read)")
+        w(runner, "rollback_until", "publish: rollback_until (retention)")
+        w(runner.Runner, "_monitor", "release: monitor (suite on published range)")
         return self
 
     def uninstall(self) -> None:

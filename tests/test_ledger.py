@@ -1,0 +1,42 @@
+"""The ledger writes events behind the run: one INSERT per table per burst, visible after ``flush``."""
+
+import json
+
+import pytest
+from pyspark.errors import AnalysisException
+
+from backfill_lib.ledger import Ledger
+
+
+def test_events_are_written_behind_and_the_plan_json_only_once(spark, db):
+    ledger = Ledger(spark, db)
+    ledger.ensure()
+    plan_json = json.dumps({"run_id": "r1", "batches": [["2024-03-08"]]})
+    record = ledger.record_run({"run_id": "r1", "target_table": "x.events", "plan_json": plan_json}, "planned")
+    record = ledger.record_run(record, "staging")
+    ledger.record_partitions("r1", [{"partition": f"2024-03-0{d}", "status": "staged", "rows": d} for d in (8, 9)])
+    ledger.record_run(record, "staged", message="two partitions")
+    ledger.flush()
+
+    raw = spark.table(f"{db}.runs").orderBy("seq").collect()
+    assert [r["status"] for r in raw] == ["planned", "staging", "staged"]
+    assert [r["plan_json"] is not None for r in raw] == [True, False, False]  # megabytes stored once
+    seqs = [r["seq"] for r in raw]
+    assert seqs == sorted(set(seqs))  # strictly increasing in the order recorded
+    found = ledger.find_run("r1")
+    assert (found["status"], found["message"], found["plan_json"]) == ("staged", "two partitions", plan_json)
+    assert found["target_table"] == "x.events"
+    assert ledger.staged_rows("r1") == {"2024-03-08": 8, "2024-03-09": 9}
+    assert spark.table(f"{db}.partitions").select("seq").distinct().count() == 2
+
+
+def test_a_failed_ledger_write_is_raised_by_the_next_flush_once(spark, db):
+    ledger = Ledger(spark, db)
+    ledger.ensure()
+    spark.sql(f"DROP TABLE {db}.checks")
+    ledger.record_partitions("r2", [{"partition": "2024-03-08", "status": "staged", "rows": 1}])
+    ledger._append("checks", [{"run_id": "r2", "kind": "gate", "name": "rows", "success": True}])
+    with pytest.raises(AnalysisException, match="checks"):
+        ledger.flush()
+    ledger.flush()  # raised once; later events are written again
+    assert [p["status"] for p in ledger.partitions("r2")] == ["staged"]
