@@ -707,7 +707,7 @@ def met(ok: bool | None) -> str:
 def print_results(results: dict) -> None:
     m, c = results["machine"], results["config"]
     table = Table(title=f"delta-backfill benchmark ({m.get('cores')} cores, {m.get('spark_master', '-')}, "
-                        f"batch_size {c['batch_size']}, concurrency {c.get('concurrency') or 1})")
+                        f"batch_size {c['batch_size'] or 'by batch_bytes'}, concurrency {c.get('concurrency') or 1})")
     for col in ("measure", "value", "target", "met"):
         table.add_column(col, justify="left" if col == "measure" else "right")
     a, b, p = results.get("tpch"), results.get("tiny"), results.get("plan")
@@ -807,7 +807,9 @@ def main(argv: list[str] | None = None) -> int:
             "scale_factor": args.scale,
             "year": args.year,
             "batch_size": settings.batch_size,
-            "batch_size_from": "--batch-size (request field)" if args.batch_size else "settings batch_size",
+            "batch_size_from": ("--batch-size (request field)" if args.batch_size else
+                                "settings batch_size" if settings.batch_size else
+                                f"sized by settings batch_bytes ({getattr(settings, 'batch_bytes', None)})"),
             "concurrency": args.concurrency or getattr(settings, "concurrency", None),
             "concurrency_from": "--concurrency (request field)" if args.concurrency else "settings concurrency",
             "concurrency_supported": concurrency_supported(),
