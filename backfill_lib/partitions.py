@@ -122,6 +122,27 @@ def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Gr
     return out
 
 
+def _utc_instant(value: str) -> datetime:
+    """An ISO 8601 timestamp (``T`` or a space between date and time) as an aware UTC datetime; a value without
+    offset is UTC (how Delta writes timestamp partition values). Raises ``ValueError``."""
+    start = datetime.fromisoformat(value.replace(" ", "T"))
+    return start.replace(tzinfo=timezone.utc) if start.tzinfo is None else start.astimezone(timezone.utc)
+
+
+def hour_value_start(value: str) -> datetime:
+    """The UTC start of the hour a Delta timestamp partition value names.
+
+    Raises
+    ------
+    PartitionError
+        When ``value`` is not a timestamp, naming it.
+    """
+    try:
+        return _utc_instant(value)
+    except ValueError as exc:
+        raise PartitionError(f"partition value '{value}' is not a hour partition") from exc
+
+
 def partition_of_key(key: str, grain: Grain, time_zone: str) -> Partition:
     """The partition a Delta partition-value string names (``2013-01-01``; hours as ISO 8601 timestamps, a
     value without offset read as UTC).
@@ -133,8 +154,7 @@ def partition_of_key(key: str, grain: Grain, time_zone: str) -> Partition:
     """
     try:
         if grain is Grain.HOUR:
-            start = datetime.fromisoformat(key.replace(" ", "T"))
-            start = start.replace(tzinfo=timezone.utc) if start.tzinfo is None else start.astimezone(timezone.utc)
+            start = _utc_instant(key)
             return Partition(start, start + timedelta(hours=1), partition_key(start.astimezone(zone(time_zone)), grain))
         day = date.fromisoformat(key)
     except ValueError as exc:

@@ -15,7 +15,13 @@ from datetime import date, datetime, timezone
 from backfill_lib.errors import RequestError
 from backfill_lib.intake import check_request_against_table
 from backfill_lib.partition_keys import PartitionKeys
-from backfill_lib.partitions import Partition, enumerate_partitions, partition_of_key, partitions_predicate
+from backfill_lib.partitions import (
+    Partition,
+    enumerate_partitions,
+    hour_value_start,
+    partition_of_key,
+    partitions_predicate,
+)
 from backfill_lib.request import BackfillRequest, Strategy
 from backfill_lib.tables import PartitionStats, TableState
 
@@ -196,16 +202,7 @@ def _with_current_stats(parts: list[Partition], partitions: dict[str, PartitionS
     empty = PartitionStats()
     if grain is not Grain.HOUR:
         return [PlannedPartition(p, partitions.get(p.key, empty)) for p in parts]
-    by_start: dict[datetime, PartitionStats] = {}
-    for value, stats in partitions.items():
-        if value is None:
-            continue
-        try:
-            start = datetime.fromisoformat(value.replace(" ", "T"))
-        except ValueError:
-            partition_of_key(value, grain, "UTC")  # raises PartitionError naming the value
-            raise
-        by_start[start.replace(tzinfo=timezone.utc) if start.tzinfo is None else start.astimezone(timezone.utc)] = stats
+    by_start = {hour_value_start(value): stats for value, stats in partitions.items() if value is not None}
     return [PlannedPartition(p, by_start.get(p.start.astimezone(timezone.utc), empty)) for p in parts]
 
 

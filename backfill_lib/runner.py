@@ -456,7 +456,7 @@ class Runner:
                 checks.append(Check("monitor", "injected_failure", False, None, None, message=f"{p.target_table}: {injected}"))
             if not p.request.expectations:
                 continue
-            if p.strategy is not Strategy.PATCH and verified and all(c.success for c in verified):
+            if strategy_for(p.strategy).replaces_partitions and verified and all(c.success for c in verified):
                 checks.append(Check("monitor", f"{p.target_table}: suite {Path(p.request.expectations).name}", True,
                                     message="published rows equal the validated staged rows (post-publish row counts "
                                             "and checksums), on which the suite passed"))

@@ -5,7 +5,7 @@ A suite is a GX 1.x JSON file (``{"name": ..., "expectations": [{"type": ..., "k
 filled at run time: ``range_start`` and ``range_last`` (first and last partition of the run, inclusive),
 ``batch_start`` and ``batch_last`` (the same for the batch validated) and ``run_id``.
 
-Validation runs on a Spark dataframe asset of an ephemeral GX context, one batch of partitions at a time. A
+Validation runs on a Spark dataframe asset of an ephemeral GX context, once over the run's whole range. A
 failed expectation names the partitions of its unexpected rows (GX's ``unexpected_index_list`` with the
 partition column as index). An expectation that raised inside GX is a failure, never a pass.
 """
