@@ -5,11 +5,12 @@ since the epoch when the event was recorded, strictly increasing within a proces
 conflict with each other in Delta, so parallel batches and resumed runs can record freely, and writing the same
 event twice changes no state.
 
-Events are written behind: ``record_*`` queues them and a writer thread appends whatever is queued with one
-``INSERT`` per table (the tables at once), so a Delta commit (about a second locally) is paid per burst of events rather than per
+Events are written behind: ``record_*`` queues them and a writer thread appends whatever is queued (after
+lingering up to :data:`LINGER_SECONDS` for more, unless a flush waits) with one ``INSERT`` per table (the tables
+at once), so a Delta commit (about a second locally) is paid per burst of events rather than per
 event, off the run's own path. :meth:`Ledger.flush` waits until everything queued is committed; every read
 flushes first, and the runner flushes where durability matters (the run's plan before anything is staged, the
-``publishing`` event before the commit, the published versions after it, and the end of every run). A crash
+``publishing`` event before the commit, and the end of every run). A crash
 loses at most the events since the last flush, which is safe: a lost ``staged`` event means that batch is
 staged again (its write replaces), a lost check means the run validates again.
 
@@ -121,6 +122,9 @@ DIFFS_SCHEMA = StructType(
     ]
 )
 
+#: How long the writer waits after the first queued event for more, unless a flush is waiting (seconds).
+LINGER_SECONDS = 0.5
+
 _SCHEMAS = {"runs": RUNS_SCHEMA, "partitions": PARTITIONS_SCHEMA, "checks": CHECKS_SCHEMA, "diffs": DIFFS_SCHEMA}
 
 
@@ -175,6 +179,7 @@ class Ledger:
         self._seq = 0
         self._cond = threading.Condition()
         self._writer: threading.Thread | None = None
+        self._flushing = 0  # threads waiting in flush(): the writer stops lingering
 
     def table(self, name: str) -> str:
         return f"{self.schema}.{name}"
@@ -220,6 +225,11 @@ class Ledger:
                     if not self._cond.wait(timeout=30):
                         self._writer = None  # idle: a later event starts a new writer
                         return
+                # Linger, so events recorded close together (a stage's checks, diffs and status) share one
+                # commit per table instead of two bursts in a row; a flush ends the wait at once.
+                deadline = time.monotonic() + LINGER_SECONDS
+                while not self._flushing and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(timeout=left)
                 batch, self._queue = self._queue, []
                 self._writing = len(batch)
             try:
@@ -257,8 +267,13 @@ class Ledger:
             The error of a failed ledger write (once); the events of that write are lost.
         """
         with self._cond:
-            while self._queue or self._writing:
-                self._cond.wait()
+            self._flushing += 1
+            self._cond.notify_all()
+            try:
+                while self._queue or self._writing:
+                    self._cond.wait()
+            finally:
+                self._flushing -= 1
             error, self._error = self._error, None
         if error is not None:
             raise error
@@ -303,6 +318,11 @@ class Ledger:
         self.flush()
         rows = self._fold_runs(self.spark.table(self.table("runs")).where(F.col("run_id") == run_id)).collect()
         return rows[0].asDict() if rows else None
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether the ledger has any event of ``run_id`` (one scan with a limit, no folding)."""
+        self.flush()
+        return bool(self.spark.table(self.table("runs")).where(F.col("run_id") == run_id).select("run_id").limit(1).collect())
 
     def run(self, run_id: str) -> dict:
         """The latest record of ``run_id``; raises :class:`RunNotFoundError` when the ledger has none."""

@@ -9,6 +9,7 @@ travel), after is the staged rows.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import timezone
 from pathlib import Path
 
@@ -50,18 +51,43 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
     return tuple(MetricPoint(k, before.get(k), after.get(k)) for k in sorted(set(keys) | set(before) | set(after)))
 
 
-def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str, docs: Path | None = None) -> ReportData:
-    """Everything the report shows, from the ledger (run, partitions, checks, diffs) and the tables."""
-    run = ledger.run(run_id)
-    plan = json.loads(run["plan_json"])
-    request = plan["request"]
-    metric = request.get("report_metric") or "count(*)"
-    partitions = {p["partition"]: p for p in ledger.partitions(run_id)}
-    diffs = {d["partition"]: d for d in ledger.diffs(run_id)}
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a run holds in memory when it writes its report, in the shapes the ledger returns them:
+    ``run`` (its latest run record, ``plan_json`` included), ``rows`` (staged rows by partition key),
+    ``checks`` (its latest validation's checks and the checks after it, in the order recorded) and
+    ``diffs`` (by partition key: ``inserted``, ``deleted``, ``updated``, ``unchanged`` rows)."""
+
+    run: dict
+    rows: dict[str, int | None]
+    checks: tuple[Check, ...]
+    diffs: dict[str, dict]
+
+
+def diff_rows(diffs) -> dict[str, dict]:
+    """:class:`backfill_lib.diff.PartitionDiff` objects as the ledger's diff rows, by partition key."""
+    return {d.partition: {"inserted": d.inserted, "deleted": d.deleted, "updated": d.updated,
+                          "unchanged": d.unchanged} for d in diffs}
+
+
+def ledger_outcome(ledger: Ledger, run_id: str) -> RunOutcome:
+    """A run's :class:`RunOutcome` read back from the ledger (``backfill report``, or a resumed run)."""
     checks = tuple(
         Check(c["kind"], c["name"], c["success"], c["partition"], c["batch"], c["observed"], c["expected"], c["message"])
         for c in ledger.checks(run_id)
     )
+    return RunOutcome(ledger.run(run_id), {p["partition"]: p["rows"] for p in ledger.partitions(run_id)}, checks,
+                      {d["partition"]: d for d in ledger.diffs(run_id)})
+
+
+def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | None = None) -> ReportData:
+    """Everything the report shows, from a run's outcome (see :func:`ledger_outcome`) and, for a metric other
+    than a known row count, the tables."""
+    run = outcome.run
+    plan = json.loads(run["plan_json"])
+    request = plan["request"]
+    metric = request.get("report_metric") or "count(*)"
+    partitions, diffs, checks = outcome.rows, outcome.diffs, outcome.checks
     failed = {c.partition for c in checks if not c.success}
     before_rows = plan.get("current_rows", {})
     rows = []
@@ -71,7 +97,7 @@ def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str, docs: Pa
             PartitionRow(
                 key,
                 before_rows.get(key),
-                (partitions.get(key) or {}).get("rows"),
+                partitions.get(key),
                 d.get("inserted"), d.get("deleted"), d.get("updated"), d.get("unchanged"),
                 "failed" if key in failed else "passed",
             )
@@ -84,7 +110,7 @@ def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str, docs: Pa
         f"staging table {run['staging_table']}",
     ) + ((f"message: {run['message']}",) if run.get("message") else ())
     return ReportData(
-        run_id=run_id,
+        run_id=run["run_id"],
         request_name=run["request_name"],
         owner=run["owner"],
         reason=run["reason"],
@@ -92,7 +118,7 @@ def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str, docs: Pa
         target_table=run["target_table"],
         target_version_seen=run["target_version_seen"],
         status=run["status"],
-        published_version=run["published_version"],
+        published_version=run.get("published_version"),
         # pyspark returns timestamps as naive datetimes in this process's local time
         rollback_until=(f"{run['rollback_until'].astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC (from the table's "
                         "retention settings)"
@@ -101,7 +127,7 @@ def build_report_data(spark: SparkSession, ledger: Ledger, run_id: str, docs: Pa
         partitions=tuple(rows),
         checks=checks,
         metric_name=metric,
-        metric=metric_points(spark, run, plan, metric, {k: p.get("rows") for k, p in partitions.items()}),
+        metric=metric_points(spark, run, plan, metric, partitions),
         data_docs=docs,
     )
 
@@ -110,9 +136,11 @@ def report_dir(settings: Settings, run_id: str) -> Path:
     return settings.runs_dir / run_id
 
 
-def write_run_report(spark: SparkSession, settings: Settings, run_id: str) -> tuple[Path, Path]:
-    """Write ``report.html`` and ``report.md`` for ``run_id``; return their paths."""
-    ledger = Ledger(spark, settings.ledger_schema)
+def write_run_report(spark: SparkSession, settings: Settings, run_id: str,
+                     outcome: RunOutcome | None = None) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` for ``run_id`` from ``outcome``, or from the ledger when it is
+    ``None``; return their paths."""
+    outcome = outcome or ledger_outcome(Ledger(spark, settings.ledger_schema), run_id)
     folder = report_dir(settings, run_id)
     docs = Path("data_docs/index.html") if (folder / "data_docs" / "index.html").exists() else None
-    return write_report(folder, build_report_data(spark, ledger, run_id, docs))
+    return write_report(folder, build_report_data(spark, outcome, docs))

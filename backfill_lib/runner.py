@@ -42,7 +42,7 @@ from backfill_lib.reconcile import reconcile_batch
 from backfill_lib.release import check_protected, check_rollback_ready, later_commits, rollback_until
 from backfill_lib.retry import with_conflict_retry
 from backfill_lib.request import Strategy, load_request, mart_order
-from backfill_lib.run_report import write_run_report
+from backfill_lib.run_report import RunOutcome, diff_rows, write_run_report
 from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.settings import Settings
@@ -203,7 +203,7 @@ class Runner:
             Any other intake or staging error; the run is recorded ``failed`` with the message.
         """
         self.ledger.ensure()
-        existing = self.ledger.find_run(plan.run_id)
+        existing = self.ledger.find_run(plan.run_id) if self.ledger.has_run(plan.run_id) else None
         if existing is not None:
             stored = json.loads(existing["plan_json"])["request"]
             if stored != json.loads(plan.request.model_dump_json()):
@@ -289,17 +289,17 @@ class Runner:
             if _nothing_changes(plan, casts, rows, diffs):
                 self.ledger.record_partitions(plan.run_id, [{"partition": p.key, "status": "unchanged", "rows": rows.get(p.key)}
                                                             for p in plan.partitions])
-                self.ledger.record_run(record, "unchanged", message="staged rows equal the target's; no commit")
+                record = self.ledger.record_run(record, "unchanged", message="staged rows equal the target's; no commit")
                 reporter.stage(f"staged rows equal {plan.target_table}'s in every partition: nothing to publish")
-                self.write_report(plan)
+                self.write_report(plan, RunOutcome(record, rows, tuple(checks), diff_rows(diffs)))
                 return RunResult(plan, "unchanged", rows, tuple(checks))
             record = self.ledger.record_run(record, "validated")
             if until == "validate":
                 reporter.stage(f"validated; review the report, then: backfill publish {plan.run_id}")
-                self.write_report(plan)
+                self.write_report(plan, RunOutcome(record, rows, tuple(checks), diff_rows(diffs)))
                 return RunResult(plan, "validated", rows, tuple(checks))
             self._stop_if_cancelled(plan, "after validation")
-            return self._publish(plan, record, casts, rows, checks, reporter)
+            return self._publish(plan, record, casts, rows, checks, reporter, diffs)
         except GateFailedError:
             self.write_report(plan)
             raise
@@ -342,10 +342,11 @@ class Runner:
         return self.resume(run_id)
 
     def _publish(self, plan: BackfillPlan, record: dict, casts, rows: dict[str, int], checks: list[Check],
-                 reporter: Reporter) -> RunResult:
+                 reporter: Reporter, diffs: list | None = None) -> RunResult:
         """Publish once: a run caught mid-publish finds its own commit by run ID instead of committing again.
         A top-level run then releases its marts and monitors every table it published, rolling all of them back
-        on any failure."""
+        on any failure. ``diffs`` are this process's validation diffs (``None`` on a resume: the report then
+        reads the ledger)."""
         strategy = strategy_for(plan.strategy)
         try:
             version = None
@@ -353,9 +354,10 @@ class Runner:
                 version = committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish", plan.target_version)
             if version is None:
                 check_protected(self.settings.protected_tables, _tables_of(plan), plan.approved_by)
+                # Recorded first, so it commits with the validation's events while readiness is checked.
+                record = self.ledger.record_run(record, "publishing", approved_by=plan.approved_by)
                 check_rollback_ready(self.spark, plan.target_table,
                                      {"the version this run was validated against": plan.target_version})
-                record = self.ledger.record_run(record, "publishing", approved_by=plan.approved_by)
                 self.ledger.flush()  # write-ahead: a resume that finds "publishing" looks for this run's commit
                 crash_point("before_publish")
                 reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
@@ -371,12 +373,15 @@ class Runner:
             else:
                 reporter.stage(f"found this run's commit: {plan.target_table} version {version}")
             pre = version - 1  # the table as it was just before this run's commit, whoever committed before it
-            record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version,
-                                            rollback_until=rollback_until(self.spark, plan.target_table, version))
         except BackfillError as exc:
             self.ledger.record_run(record, "failed", message=str(exc))
             raise
-        post = strategy.verify(self.spark, plan, version)
+        # Two independent reads at once: the commit's retention horizon (history, properties) and the checksums.
+        with ThreadPoolExecutor(1, thread_name_prefix=f"{plan.run_id}-retention") as pool:
+            until = pool.submit(in_pool, self.spark, rollback_until, self.spark, plan.target_table, version)
+            post = strategy.verify(self.spark, plan, version)
+            record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version,
+                                            rollback_until=until.result())
         self.ledger.record_checks(plan.run_id, post)
         bad = [c for c in post if not c.success]
         if bad:
@@ -392,9 +397,9 @@ class Runner:
             plan.run_id,
             [{"partition": p.key, "status": "published", "rows": rows.get(p.key), "ended_at": _utc()} for p in plan.partitions],
         )
-        self.ledger.record_run(record, "published")
+        record = self.ledger.record_run(record, "published")
         reporter.stage(f"published {plan.target_table} version {version} (was {pre})")
-        self.write_report(plan)
+        self.write_report(plan, None if diffs is None else RunOutcome(record, rows, tuple(checks + post), diff_rows(diffs)))
         return RunResult(plan, "published", rows, tuple(checks + post), pre, version, marts)
 
     def _mart_plan(self, plan: BackfillPlan, index: int) -> BackfillPlan:
@@ -595,11 +600,13 @@ class Runner:
         return diff_by_key(staged.select(*shared), current.select(*shared), plan.request.keys, plan.partition_keys,
                            corrected_columns=corrected)
 
-    def write_report(self, plan: BackfillPlan) -> None:
-        """Write the run's report; a failure to write it is logged, never raised over the run's own outcome."""
+    def write_report(self, plan: BackfillPlan, outcome: RunOutcome | None = None) -> None:
+        """Write the run's report from ``outcome`` (what the run holds in memory, in the ledger's shapes), else
+        from the ledger; a failure to write it is logged, never raised over the run's own outcome."""
         try:
-            self.ledger.flush()
-            html, _ = write_run_report(self.spark, self.settings, plan.run_id)
+            if outcome is None:
+                self.ledger.flush()  # the report reads the ledger through a Ledger of its own
+            html, _ = write_run_report(self.spark, self.settings, plan.run_id, outcome)
             Reporter(self.console, plan.run_id).stage(f"report: {html}")
         except Exception as exc:  # the report must not mask the run's result
             Reporter(self.console, plan.run_id).stage(f"report not written: {type(exc).__name__}: {exc}")

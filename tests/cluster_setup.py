@@ -2,8 +2,8 @@
 
 ``spark-submit ... tests/cluster_setup.py DB`` creates ``DB.events`` (``tests.fixtures.TARGET_ROWS``),
 ``DB.events_src`` (:data:`SOURCE`) and the mart ``DB.events_monthly`` in the catalog the spark-submit configuration names (the test passes its own
-warehouse and Derby metastore, as a cluster's configuration would). The test builds the same tables in its own
-session from the same rows, so both runs of the request start from identical data.
+warehouse and Derby metastore, as a cluster's configuration would); the test knows the rows, so it can state
+what the run must publish.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The backfill job under ``spark-submit`` on a local cluster: separate executor JVMs, a metastore of its own.
 
-``spark-submit --master local-cluster[2,1,1024] jobs/backfill_job.py run REQUEST`` runs the same request as the
-in-process run of this test session, and the two published tables must be equal. The subprocess cannot open
+``spark-submit --master local-cluster[2,1,1024] jobs/backfill_job.py run REQUEST`` must publish exactly the rows
+the request derives (target and mart), on the executors, and ``rollback`` must restore both. The subprocess cannot open
 this session's embedded Derby metastore, so it gets its own ``BACKFILL_HOME`` with its own warehouse and Derby
 metastore, passed the way a cluster's configuration passes them (``--conf``); ``tests/cluster_setup.py``, run by
 spark-submit with the same configuration on ``local[1]``, creates its tables, and this session reads the
@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 import pyspark
@@ -36,9 +37,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from backfill_lib.cli import main
 from backfill_lib.spark import DELTA_CATALOG, DELTA_EXTENSION, LOG4J2_PROPERTIES
-from tests.cluster_setup import create_tables
 from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, with_mart
 
 pytestmark = pytest.mark.cluster
@@ -133,8 +132,8 @@ def test_backfill_job_help_and_exit_code_under_spark_submit(spark_home, tmp_path
     assert "error: conf/backfills/missing.yml: request file not found" in bad.stdout
 
 
-def test_spark_submit_on_local_cluster_publishes_what_the_local_run_publishes(spark, db, spark_home, tmp_path,
-                                                                            tmp_path_factory):
+def test_spark_submit_on_local_cluster_publishes_the_expected_rows_and_rolls_back(spark, db, spark_home, tmp_path,
+                                                                                 tmp_path_factory):
     request = with_mart(tmp_path, db, reconcile=True)
     home = tmp_path_factory.mktemp("cluster_home")
 
@@ -145,10 +144,6 @@ def test_spark_submit_on_local_cluster_publishes_what_the_local_run_publishes(sp
                      r"(\d+) of \1 checks passed", out)
     assert f"mart {db}.events_monthly: 1 partitions published as version 1 (was 0)" in out
 
-    # the same request in this session's own Spark (local[2], its own metastore), from the same rows
-    create_tables(spark, db)
-    assert main(["run", str(request)]) == 0
-
     # the spark-submit session was reused: the job ran on the local cluster's two executor JVMs
     events = _event_log(home)
     [env] = [e for e in events if e["Event"] == "SparkListenerEnvironmentUpdate"]
@@ -158,10 +153,9 @@ def test_spark_submit_on_local_cluster_publishes_what_the_local_run_publishes(sp
     task_executors = {e["Task Info"]["Executor ID"] for e in events if e["Event"] == "SparkListenerTaskEnd"}
     assert task_executors and task_executors <= added
 
-    # the published table, read by path from the job's warehouse, equals the local run's and the expected rows
+    # the published table, read by path from the job's warehouse, holds the expected rows
     path = home / "warehouse" / f"{db}.db" / "events"
     published = spark.read.format("delta").load(str(path))
-    assert_df_equality(published, spark.table(f"{db}.events"), ignore_row_order=True)
     assert_df_equality(published, spark.createDataFrame(EXPECTED, EVENTS_SCHEMA), ignore_row_order=True,
                        ignore_nullable=True)
 
@@ -177,11 +171,14 @@ def test_spark_submit_on_local_cluster_publishes_what_the_local_run_publishes(sp
     assert tuple(latest.first()) == ("published", 1)
     assert (home / "runs" / run_id / "report.html").is_file()
 
-    # the mart published under the same run ID, and the release rolls back as one unit under spark-submit
+    # the mart published under the same run ID: March 2024 recomputed from the published rows
     mart_path = home / "warehouse" / f"{db}.db" / "events_monthly"
-    assert_df_equality(spark.read.format("delta").load(str(mart_path)), spark.table(f"{db}.events_monthly"),
-                       ignore_row_order=True)
-    _ok(spark_submit(spark_home, home, "jobs/backfill_job.py", "rollback", run_id, "--by", "ci", "--reason", "test"))
+    assert [tuple(r) for r in spark.read.format("delta").load(str(mart_path)).collect()] == [
+        (date(2024, 3, 1), len(EXPECTED), sum(v for _, _, v in EXPECTED))]  # 10 rows, total 2233
+
+    # the release rolls back as one unit under spark-submit (a local master: no executor is needed for it)
+    _ok(spark_submit(spark_home, home, "jobs/backfill_job.py", "rollback", run_id, "--by", "ci", "--reason", "test",
+                     master="local[1]"))
     for p in (path, mart_path):
         restored = spark.read.format("delta").load(str(p))
         assert_df_equality(restored, spark.read.format("delta").option("versionAsOf", 0).load(str(p)),

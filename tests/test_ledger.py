@@ -1,11 +1,13 @@
 """The ledger writes events behind the run: one INSERT per table per burst, visible after ``flush``."""
 
 import json
+import time
 
 import pytest
 from pyspark.errors import AnalysisException
 
-from backfill_lib.ledger import Ledger
+from backfill_lib.ledger import LINGER_SECONDS, Check, Ledger
+from backfill_lib.tables import current_version
 
 
 def test_events_are_written_behind_and_the_plan_json_only_once(spark, db):
@@ -40,3 +42,16 @@ def test_a_failed_ledger_write_is_raised_by_the_next_flush_once(spark, db):
         ledger.flush()
     ledger.flush()  # raised once; later events are written again
     assert [p["status"] for p in ledger.partitions("r2")] == ["staged"]
+
+
+def test_events_recorded_close_together_share_one_commit_per_table(spark, db):
+    ledger = Ledger(spark, db)
+    ledger.ensure()
+    before = {t: current_version(spark, f"{db}.{t}") for t in ("runs", "checks")}
+    record = ledger.record_run({"run_id": "r3"}, "validated")  # the writer wakes here and lingers
+    time.sleep(LINGER_SECONDS / 10)
+    ledger.record_checks("r3", [Check("gate", "rows", True, "2024-03-08")])
+    ledger.record_run(record, "publishing")
+    ledger.flush()  # ends the linger: everything queued goes now
+    assert {t: current_version(spark, f"{db}.{t}") - v for t, v in before.items()} == {"runs": 1, "checks": 1}
+    assert [r["status"] for r in spark.table(f"{db}.runs").orderBy("seq").collect()] == ["validated", "publishing"]

@@ -7,6 +7,7 @@ from rich.console import Console
 from backfill_lib.cli import main
 from backfill_lib.errors import GateFailedError, IntakeError, StrayRowsError
 from backfill_lib.ledger import Ledger
+from backfill_lib.run_report import write_run_report
 from backfill_lib.runner import Runner, prepare
 from backfill_lib.tables import current_version
 from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, events_request, make_events
@@ -46,6 +47,13 @@ def test_recompute_replaces_exactly_the_range_in_one_commit(spark, settings, db,
     ]
     recon = [c for c in result.checks if c.kind == "reconciliation"]
     assert [(c.partition, c.observed, c.expected, c.success) for c in recon] == [("2024-03-09", "4", "4", True)]
+
+    # the run wrote its report from memory; read back from the ledger (`backfill report`) it is the same
+    folder = settings.runs_dir / result.plan.run_id
+    at_run_end = {name: (folder / name).read_text() for name in ("report.md", "report.html")}
+    assert "| 2024-03-09 | 3 | 4 |" in at_run_end["report.md"] and "published" in at_run_end["report.md"]
+    write_run_report(spark, settings, result.plan.run_id)
+    assert {name: (folder / name).read_text() for name in at_run_end} == at_run_end
 
 
 def test_running_twice_leaves_identical_contents(spark, settings, db, tmp_path):
