@@ -1,7 +1,9 @@
-"""Assemble a run's report from the ledger and its tables, and write it into the run's folder.
+"""Assemble a run's report from its outcome (what the run holds in memory, or the same read back from the ledger)
+and its tables, and write it into the run's folder.
 
 The report (``<home>/runs/<run_id>/report.html`` and ``report.md``) is written at the end of every run that
-reached validation, and again by ``backfill report RUN_ID``. Its chart shows ``request.report_metric`` (a SQL
+reached validation (from memory; from the ledger after a gate failure or a resumed publish), and again by
+``backfill report RUN_ID`` (from the ledger); both give the same files. Its chart shows ``request.report_metric`` (a SQL
 aggregate, default ``count(*)``) per partition: before is the target at the version the plan read (time
 travel), after is the staged rows.
 """
