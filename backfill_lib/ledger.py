@@ -348,6 +348,15 @@ class Ledger:
         )
         return [r.asDict() for r in folded.orderBy("partition").collect()]
 
+    def partition_rows(self, run_id: str) -> dict[str, int | None]:
+        """Rows by partition key of every partition of ``run_id`` (its latest event that had rows)."""
+        return {p["partition"]: p["rows"] for p in self.partitions(run_id)}
+
+    def recorded_checks(self, run_id: str) -> tuple[Check, ...]:
+        """:meth:`checks` as :class:`Check` objects, in the order written."""
+        return tuple(Check(c["kind"], c["name"], c["success"], c["partition"], c["batch"], c["observed"], c["expected"],
+                           c["message"]) for c in self.checks(run_id))
+
     def record_diffs(self, run_id: str, diffs) -> None:
         """Append one row per :class:`backfill_lib.diff.PartitionDiff`."""
         self._append("diffs", [

@@ -74,11 +74,7 @@ def diff_rows(diffs) -> dict[str, dict]:
 
 def ledger_outcome(ledger: Ledger, run_id: str) -> RunOutcome:
     """A run's :class:`RunOutcome` read back from the ledger (``backfill report``, or a resumed run)."""
-    checks = tuple(
-        Check(c["kind"], c["name"], c["success"], c["partition"], c["batch"], c["observed"], c["expected"], c["message"])
-        for c in ledger.checks(run_id)
-    )
-    return RunOutcome(ledger.run(run_id), {p["partition"]: p["rows"] for p in ledger.partitions(run_id)}, checks,
+    return RunOutcome(ledger.run(run_id), ledger.partition_rows(run_id), ledger.recorded_checks(run_id),
                       {d["partition"]: d for d in ledger.diffs(run_id)})
 
 

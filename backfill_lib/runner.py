@@ -42,7 +42,7 @@ from backfill_lib.reconcile import reconcile_batch
 from backfill_lib.release import check_protected, check_rollback_ready, later_commits, rollback_until
 from backfill_lib.retry import with_conflict_retry
 from backfill_lib.request import Strategy, load_request, mart_order
-from backfill_lib.run_report import RunOutcome, diff_rows, write_run_report
+from backfill_lib.run_report import RunOutcome, diff_rows, ledger_outcome, write_run_report
 from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.settings import Settings
@@ -248,7 +248,7 @@ class Runner:
         reporter = Reporter(self.console, run_id)
         if status in FINISHED:
             reporter.stage(f"run is already {status}; nothing to do")
-            return RunResult(plan, status, self._ledger_rows(run_id), self._ledger_checks(run_id),
+            return RunResult(plan, status, self.ledger.partition_rows(run_id), self.ledger.recorded_checks(run_id),
                              record["pre_publish_version"], record["published_version"])
         if status == "rolled_back":
             raise PublishError(f"run {run_id} was rolled back ({record['message']}); start a new run")
@@ -265,9 +265,10 @@ class Runner:
             casts = check_source_schema(self.spark, plan)
             if record["status"] in ("validated", "publishing"):
                 if until == "validate":
-                    return RunResult(plan, "validated", self._ledger_rows(plan.run_id), self._ledger_checks(plan.run_id))
-                return self._publish(plan, record, casts, self._ledger_rows(plan.run_id),
-                                     list(self._ledger_checks(plan.run_id)), reporter)
+                    return RunResult(plan, "validated", self.ledger.partition_rows(plan.run_id),
+                                     self.ledger.recorded_checks(plan.run_id))
+                return self._publish(plan, record, casts, self.ledger.partition_rows(plan.run_id),
+                                     list(self.ledger.recorded_checks(plan.run_id)), reporter)
             suite = load_suite(plan.request.expectations) if plan.request.expectations else None
             for i in range(len(plan.request.marts)):  # intake of every mart before anything is written
                 check_source_schema(self.spark, self._mart_plan(plan, i))
@@ -317,13 +318,6 @@ class Runner:
         if self.cancelled.is_set():
             raise CancelledError(f"run {plan.run_id} cancelled {where}; nothing published; "
                                  f"continue with: backfill resume {plan.run_id}")
-
-    def _ledger_rows(self, run_id: str) -> dict[str, int]:
-        return {p["partition"]: p["rows"] for p in self.ledger.partitions(run_id)}
-
-    def _ledger_checks(self, run_id: str) -> tuple[Check, ...]:
-        return tuple(Check(c["kind"], c["name"], c["success"], c["partition"], c["batch"], c["observed"], c["expected"],
-                           c["message"]) for c in self.ledger.checks(run_id))
 
     def publish_validated(self, run_id: str) -> RunResult:
         """Publish a run stopped after validation, if its gates passed and the target's range has not changed.
@@ -604,8 +598,7 @@ class Runner:
         """Write the run's report from ``outcome`` (what the run holds in memory, in the ledger's shapes), else
         from the ledger; a failure to write it is logged, never raised over the run's own outcome."""
         try:
-            if outcome is None:
-                self.ledger.flush()  # the report reads the ledger through a Ledger of its own
+            outcome = outcome or ledger_outcome(self.ledger, plan.run_id)
             html, _ = write_run_report(self.spark, self.settings, plan.run_id, outcome)
             Reporter(self.console, plan.run_id).stage(f"report: {html}")
         except Exception as exc:  # the report must not mask the run's result
