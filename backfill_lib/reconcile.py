@@ -17,6 +17,7 @@ from backfill_lib.partition_keys import PartitionKeys, keys_of
 from backfill_lib.partitions import range_predicate
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.request import ReconciliationRule
+from backfill_lib.staging import staged_rows
 
 
 def metric_per_partition(df: DataFrame, column: str | PartitionKeys, metric: str) -> dict[str, object]:
@@ -27,10 +28,7 @@ def metric_per_partition(df: DataFrame, column: str | PartitionKeys, metric: str
     return keys.rekey({r["p"]: r["m"] for r in rows})
 
 
-def _per_partition(
-    spark: SparkSession, table: str, keys: PartitionKeys, metric: str, predicate: str | None
-) -> dict[str, object]:
-    df = spark.table(table)
+def _per_partition(df: DataFrame, keys: PartitionKeys, metric: str, predicate: str | None) -> dict[str, object]:
     return metric_per_partition(df if predicate is None else df.where(predicate), keys, metric)
 
 
@@ -57,8 +55,8 @@ def reconcile_batch(
     else:
         staged_pred = plan.batch_predicate(batch)
         source_pred = range_predicate(src.partition_column, batch.start, batch.end)
-    staged = _per_partition(spark, plan.staging_table, plan.partition_keys, rule.metric, staged_pred)
-    source = _per_partition(spark, src.table, plan.partition_keys.of(src.partition_column), src.metric, source_pred)
+    staged = _per_partition(staged_rows(spark, plan.staging_table), plan.partition_keys, rule.metric, staged_pred)
+    source = _per_partition(spark.table(src.table), plan.partition_keys.of(src.partition_column), src.metric, source_pred)
     keys = sorted(set(staged) | set(source)) if whole_table else batch.keys
     checks = []
     for key in keys:

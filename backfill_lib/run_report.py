@@ -22,6 +22,7 @@ from backfill_lib.plan import plan_from_summary
 from backfill_lib.reconcile import metric_per_partition
 from backfill_lib.report import MetricPoint, PartitionRow, ReportData, write_report
 from backfill_lib.settings import Settings
+from backfill_lib.staging import staged_rows as read_staged_rows
 
 
 def _is_row_count(metric: str) -> bool:
@@ -33,8 +34,8 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
     """``metric`` per partition on the target as the plan saw it and on the run's staging table.
 
     A row count (``count(*)``) is not recomputed when both sides are known: before from the plan's Delta-log
-    rows, after from ``staged_rows`` (the ledger's staged rows per partition, themselves from the staging
-    table's Delta log). Otherwise both tables are scanned.
+    rows, after from ``staged_rows`` (the ledger's staged rows per partition, counted in the staging
+    table when each batch was written). Otherwise both tables are scanned.
     """
     planned = plan_from_summary(plan)
     before_rows = plan.get("current_rows") or {}
@@ -43,7 +44,7 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
             and all(before_rows.get(k) is not None and staged_rows.get(k) is not None for k in keys)):
         return tuple(MetricPoint(k, before_rows[k], staged_rows[k]) for k in sorted(keys))
     before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])
-    after_df = spark.table(run["staging_table"]) if spark.catalog.tableExists(run["staging_table"]) else None
+    after_df = read_staged_rows(spark, run["staging_table"]) if spark.catalog.tableExists(run["staging_table"]) else None
     if plan["request"].get("range") and keys:
         pred = planned.predicate()
         before_df = before_df.where(pred)

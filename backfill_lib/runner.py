@@ -50,6 +50,7 @@ from backfill_lib.sources import source_frame, source_input
 from backfill_lib.strategies import strategy_for
 from backfill_lib.tables import Column, TableState, read_table_state
 from backfill_lib.validation import SuiteRunner, load_suite
+from backfill_lib.staging import staged_rows
 
 
 @dataclass(frozen=True)
@@ -542,7 +543,7 @@ class Runner:
         runner = SuiteRunner(suite, plan.partition_keys, results_dir) if suite else None
         whole = plan.strategy is Strategy.REBUILD
         scope = Batch(0, plan.partitions)  # every planned partition, as one unit of validation
-        staged = self.spark.table(plan.staging_table)
+        staged = staged_rows(self.spark, plan.staging_table)
         current = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
         if not whole:
             staged = staged.where(plan.predicate())

@@ -1,7 +1,15 @@
 """Staging tables: where a run writes the rows of each partition batch before anything is published.
 
-One staging Delta table per run and target, with the target's schema and partitioning. A batch is written with
-``replaceWhere`` on exactly its partitions, so a retried or resumed batch replaces its rows and never appends.
+One staging Delta table per run and target: the target's columns plus ``_backfill_batch`` (INT, the plan's batch
+index), partitioned by ``_backfill_batch`` rather than by the target's partition column. A batch is written with
+``replaceWhere`` on its batch partition *and* its target partitions, so a retried or resumed batch replaces its
+rows and never appends, and a source row outside the batch's partitions fails the write.
+
+Why by batch: a batch then writes one or a few files instead of one file per target partition (365 tiny files
+for a year of days), and every audit of the staged rows (GX, reconciliation, diff, checksum) opens those few
+files. Concurrent batches still never conflict, because each one's ``replaceWhere`` reads only its own batch
+partition (Delta checks conflicts by partition values). Publishing writes the target's partitioning once.
+Read staged rows with :func:`staged_rows`, which drops the batch column.
 """
 
 from __future__ import annotations
@@ -10,23 +18,50 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.errors import StrayRowsError
+from backfill_lib.errors import SchemaMismatchError, StrayRowsError
 from backfill_lib.partition_keys import PartitionKeys
-from backfill_lib.plan import BackfillPlan, Batch, stats_by_key
+from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.tables import Column, partition_stats
+from backfill_lib.tables import Column
+
+#: The staging table's partition column: the plan's batch index (INT). Not a column of the target.
+BATCH_COLUMN = "_backfill_batch"
 
 
 def ensure_staging_table(spark: SparkSession, plan: BackfillPlan, columns: tuple[Column, ...]) -> None:
-    """Create the run's staging table (target schema, same partition column) when it does not exist yet."""
+    """Create the run's staging table (target columns plus ``_backfill_batch``, partitioned by it) when it does
+    not exist yet.
+
+    Raises
+    ------
+    SchemaMismatchError
+        When the target has a column named ``_backfill_batch``, or the staging table exists without it (staged
+        by an earlier delta-backfill, partitioned like the target); nothing is created or written.
+    """
     from delta.tables import DeltaTable
 
+    if any(c.name.lower() == BATCH_COLUMN for c in columns):
+        raise SchemaMismatchError(
+            f"{plan.target_table}: column {BATCH_COLUMN} is reserved for the staging table's batch partition; "
+            "rename it in the target before backfilling"
+        )
+    if spark.catalog.tableExists(plan.staging_table) and BATCH_COLUMN not in spark.table(plan.staging_table).columns:
+        raise SchemaMismatchError(
+            f"staging table {plan.staging_table} has no {BATCH_COLUMN} column (staged by an earlier delta-backfill): "
+            f"run {plan.run_id} cannot continue in it; start a new run of the request"
+        )
     schema = plan.staging_table.rsplit(".", 1)[0]
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
     builder = DeltaTable.createIfNotExists(spark).tableName(plan.staging_table)
     for col in columns:
         builder = builder.addColumn(col.name, col.type, nullable=col.nullable)
-    builder.partitionedBy(plan.partition_column).property("delta.appendOnly", "false").execute()
+    builder = builder.addColumn(BATCH_COLUMN, "INT", nullable=False)
+    builder.partitionedBy(BATCH_COLUMN).property("delta.appendOnly", "false").execute()
+
+
+def staged_rows(spark: SparkSession, staging_table: str) -> DataFrame:
+    """The rows staged in ``staging_table``, with the target's columns only (``_backfill_batch`` dropped)."""
+    return spark.table(staging_table).drop(BATCH_COLUMN)
 
 
 def aligned(df: DataFrame, casts: tuple[ColumnCast, ...]) -> DataFrame:
@@ -41,10 +76,11 @@ def _stray_partitions(df: DataFrame, keys: PartitionKeys, predicate: str) -> lis
 
 
 def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame) -> dict[str, int]:
-    """Write ``df`` into the staging table, replacing exactly ``batch``'s partitions; return rows per partition.
+    """Write ``df`` into the staging table as batch ``batch.index``, replacing that batch's earlier rows; return
+    rows per partition key.
 
-    Row counts come from the staging table's Delta log (``numRecords`` of the files written), not a rescan.
-    A planned partition the source left empty counts 0 rows.
+    Row counts come from one grouped count of the batch's staging partition (the files just written). A planned
+    partition the source left empty counts 0 rows.
 
     Raises
     ------
@@ -53,11 +89,13 @@ def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataF
         write); the message names the first offending partitions and their row counts. Nothing is written.
     """
     predicate = plan.batch_predicate(batch)
+    in_batch = f"{BATCH_COLUMN} = {batch.index}"
     try:
         (
-            df.write.format("delta")
+            df.withColumn(BATCH_COLUMN, F.lit(batch.index).cast("int"))
+            .write.format("delta")
             .mode("overwrite")
-            .option("replaceWhere", predicate)
+            .option("replaceWhere", f"{in_batch} AND ({predicate})")
             .saveAsTable(plan.staging_table)
         )
     except AnalysisException as exc:
@@ -70,7 +108,7 @@ def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataF
             f"source {plan.request.source.sql} produced rows outside batch {batch.index} "
             f"[{batch.keys[0]} .. {batch.keys[-1]}] of {plan.target_table}: partition {listed}{more}; nothing written"
         ) from exc
-    location = spark.sql(f"DESCRIBE DETAIL {plan.staging_table}").collect()[0]["location"]
-    target = plan.request.target
-    stats = stats_by_key(partition_stats(spark, location, plan.partition_column), target.grain, plan.request.time_zone)
-    return {key: (stats[key].rows or 0) if key in stats else 0 for key in batch.keys}
+    keys = plan.partition_keys
+    counted = spark.table(plan.staging_table).where(in_batch).groupBy(keys.expr().alias("p")).count().collect()
+    rows = keys.rekey({r["p"]: int(r["count"]) for r in counted})
+    return {key: rows.get(key, 0) for key in batch.keys}

@@ -55,3 +55,22 @@ def test_events_recorded_close_together_share_one_commit_per_table(spark, db):
     ledger.flush()  # ends the linger: everything queued goes now
     assert {t: current_version(spark, f"{db}.{t}") - v for t, v in before.items()} == {"runs": 1, "checks": 1}
     assert [r["status"] for r in spark.table(f"{db}.runs").orderBy("seq").collect()] == ["validated", "publishing"]
+
+
+def test_a_ledger_insert_is_one_spark_job_in_a_non_utc_session(spark, db):
+    # Delta verifies the file list it keeps in checksum files with a full log replay on every commit when the
+    # session time zone is not UTC (two more jobs per commit); get_spark turns that list off.
+    from backfill_lib.spark import ALL_FILES_IN_CRC
+
+    assert spark.conf.get("spark.sql.session.timeZone") != "UTC"
+    assert spark.conf.get(ALL_FILES_IN_CRC) == "false"
+    ledger = Ledger(spark, db)
+    ledger.ensure()
+    tracker, jobs = spark.sparkContext.statusTracker(), []
+    for i in range(3):
+        group = f"{db}-insert-{i}"
+        spark.sparkContext.setJobGroup(group, "one ledger insert")
+        ledger._insert("runs", [{"run_id": f"r{i}", "seq": i, "status": "planned"}])
+        jobs.append(len(tracker.getJobIdsForGroup(group)))
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert jobs == [1, 1, 1]

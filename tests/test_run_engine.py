@@ -134,3 +134,56 @@ def test_sigterm_cancels_between_batches_and_resume_finishes(spark, settings, db
                        ignore_row_order=True, ignore_nullable=True)
     assert main(["resume", "cancel_me_1"]) == 0  # finished: nothing more to write
     assert current_version(spark, f"{db}.events") == 1
+
+
+def test_concurrent_batches_stage_into_their_own_batch_partitions(spark, settings, db, tmp_path):
+    from backfill_lib.staging import BATCH_COLUMN, staged_rows
+
+    make_events(spark, db, SOURCE)
+    request = events_request(tmp_path, db, start=D8, end=D10, batch_size=1, concurrency=3)
+    plan, state = prepare(spark, settings, request)
+    result = runner(spark, settings).run(plan, state, until="validate")
+
+    assert result.status == "validated"
+    detail = spark.sql(f"DESCRIBE DETAIL {plan.staging_table}").first()
+    assert detail["partitionColumns"] == [BATCH_COLUMN]
+    per_batch = {r[BATCH_COLUMN]: r["n"] for r in
+                 spark.table(plan.staging_table).groupBy(BATCH_COLUMN).agg({"*": "count"})
+                 .withColumnRenamed("count(1)", "n").collect()}
+    assert per_batch == {0: sum(d == D8 for _, d, _ in SOURCE), 1: sum(d == D9 for _, d, _ in SOURCE),
+                         2: sum(d == D10 for _, d, _ in SOURCE)}
+    # Each batch's replaceWhere reads only its own batch partition, so three at once never conflict.
+    attempts = {p["partition"]: p["attempt"] for p in Ledger(spark, settings.ledger_schema).partitions(plan.run_id)}
+    assert attempts == {"2024-03-08": 1, "2024-03-09": 1, "2024-03-10": 1}
+    in_range = [(i, d, v * 10) for i, d, v in SOURCE if d in (D8, D9, D10)]
+    assert_df_equality(staged_rows(spark, plan.staging_table), spark.createDataFrame(in_range, EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_target_column_named_like_the_staging_batch_column_is_refused(spark, settings, db, tmp_path):
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from backfill_lib.errors import SchemaMismatchError
+
+    schema = StructType(EVENTS_SCHEMA.fields + [StructField("_backfill_batch", IntegerType())])
+    for name in ("events", "events_src"):
+        spark.createDataFrame([(3, D9, 1, 0)], schema).write.format("delta").partitionBy("dt").saveAsTable(f"{db}.{name}")
+    sql = f"SELECT id, dt, v, _backfill_batch FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, sql=sql))
+    with pytest.raises(SchemaMismatchError, match=rf"^{db}\.events: column _backfill_batch is reserved"):
+        runner(spark, settings).run(plan, state)
+    assert current_version(spark, f"{db}.events") == 0
+    assert not spark.catalog.tableExists(plan.staging_table)
+
+
+def test_a_staging_table_left_by_an_earlier_layout_is_refused_before_any_write(spark, settings, db, tmp_path):
+    from backfill_lib.errors import SchemaMismatchError
+
+    make_events(spark, db, SOURCE)
+    plan, state = prepare(spark, settings, events_request(tmp_path, db))
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {plan.staging_table.rsplit('.', 1)[0]}")
+    spark.table(f"{db}.events").limit(0).write.format("delta").partitionBy("dt").saveAsTable(plan.staging_table)
+    with pytest.raises(SchemaMismatchError, match=rf"^staging table {plan.staging_table} has no _backfill_batch column"):
+        runner(spark, settings).run(plan, state)
+    assert current_version(spark, plan.staging_table) == 0
+    assert current_version(spark, f"{db}.events") == 0

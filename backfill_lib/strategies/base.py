@@ -12,7 +12,7 @@ from backfill_lib.ledger import Check
 from backfill_lib.partition_keys import PartitionKeys
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.staging import stage_batch
+from backfill_lib.staging import stage_batch, staged_rows
 
 
 class StrategyImpl:
@@ -62,7 +62,7 @@ def verify_partitions(spark: SparkSession, plan: BackfillPlan, version: int, pre
     """Row count and checksum per partition of the published ``version`` versus staging, within ``predicate``
     (``None``: the whole table). Partitions present on either side are compared."""
     published_df = spark.read.option("versionAsOf", version).table(plan.target_table)
-    staged_df = spark.table(plan.staging_table)
+    staged_df = staged_rows(spark, plan.staging_table)
     if predicate is not None:
         published_df, staged_df = published_df.where(predicate), staged_df.where(predicate)
     with ThreadPoolExecutor(2, thread_name_prefix=f"{plan.run_id}-verify") as pool:  # two independent scans

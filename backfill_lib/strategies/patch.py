@@ -12,6 +12,7 @@ from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.publish import check_fence, find_version, idempotent_commit
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.strategies.base import StrategyImpl
+from backfill_lib.staging import staged_rows
 
 #: How many duplicated keys an error message lists.
 LISTED_KEYS = 5
@@ -63,7 +64,7 @@ class Patch(StrategyImpl):
 
         pre = check_fence(spark, plan)
         columns = [c.name for c in casts]
-        staged = spark.table(plan.staging_table).where(plan.predicate()).select(*columns)
+        staged = staged_rows(spark, plan.staging_table).where(plan.predicate()).select(*columns)
         values = [c for c in columns if c not in plan.request.keys]
         changed = " OR ".join(f"NOT (t.{quote_ident(c)} <=> s.{quote_ident(c)})" for c in values) or "false"
         merge = (
@@ -84,7 +85,7 @@ class Patch(StrategyImpl):
         """Every staged row is present in the published version as staged (and, with ``delete_missing``, no
         published row in range lacks a staged key)."""
         predicate = plan.predicate()
-        staged = spark.table(plan.staging_table).where(predicate)
+        staged = staged_rows(spark, plan.staging_table).where(predicate)
         published = spark.read.option("versionAsOf", version).table(plan.target_table).where(predicate)
         published = published.select(*staged.columns)
         missing = staged.exceptAll(published).count()

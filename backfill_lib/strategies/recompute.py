@@ -8,6 +8,7 @@ from backfill_lib.plan import BackfillPlan
 from backfill_lib.publish import check_fence, find_version, publish_options
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.strategies.base import StrategyImpl
+from backfill_lib.staging import staged_rows
 
 
 class Recompute(StrategyImpl):
@@ -28,7 +29,7 @@ class Recompute(StrategyImpl):
         pre = check_fence(spark, plan)
         predicate = plan.predicate()
         writer = (
-            spark.table(plan.staging_table)
+            staged_rows(spark, plan.staging_table)
             .where(predicate)
             .select(*[c.name for c in casts])
             .write.format("delta")

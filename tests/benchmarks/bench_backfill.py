@@ -169,7 +169,6 @@ class StageTimer:
 
         import backfill_lib.batch_stager as batch_stager
         import backfill_lib.runner as runner
-        import backfill_lib.staging as staging
         import backfill_lib.strategies.recompute as recompute
         from backfill_lib.ledger import Ledger
         from backfill_lib.strategies.base import StrategyImpl
@@ -195,7 +194,6 @@ class StageTimer:
         w(batch_stager, "ensure_staging_table", "staging: create staging table")
         w(batch_stager, "source_frame", "source SQL analysis (per call)")
         w(StrategyImpl, "stage", "staging: write batch (source query + replaceWhere)")
-        w(staging, "partition_stats", "staging: staged row counts (Delta log)")
         w(SuiteRunner, "__init__", "validate: GX context + checkpoint setup")
         w(SuiteRunner, "validate", "validate: GX suite")
         w(gx_checkpoint.UpdateDataDocsAction, "run", "validate: GX data docs")
