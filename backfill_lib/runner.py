@@ -47,10 +47,10 @@ from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.settings import Settings
 from backfill_lib.sources import source_frame, source_input
+from backfill_lib.staging import staged_rows
 from backfill_lib.strategies import strategy_for
 from backfill_lib.tables import Column, TableState, read_table_state
 from backfill_lib.validation import SuiteRunner, load_suite
-from backfill_lib.staging import staged_rows
 
 
 @dataclass(frozen=True)

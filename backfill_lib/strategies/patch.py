@@ -11,8 +11,8 @@ from backfill_lib.partitions import quote_ident, range_predicate
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.publish import check_fence, find_version, idempotent_commit
 from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.strategies.base import StrategyImpl
 from backfill_lib.staging import staged_rows
+from backfill_lib.strategies.base import StrategyImpl
 
 #: How many duplicated keys an error message lists.
 LISTED_KEYS = 5

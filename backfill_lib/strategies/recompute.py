@@ -7,8 +7,8 @@ from pyspark.sql import SparkSession
 from backfill_lib.plan import BackfillPlan
 from backfill_lib.publish import check_fence, find_version, publish_options
 from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.strategies.base import StrategyImpl
 from backfill_lib.staging import staged_rows
+from backfill_lib.strategies.base import StrategyImpl
 
 
 class Recompute(StrategyImpl):
