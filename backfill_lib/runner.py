@@ -47,7 +47,7 @@ from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.settings import Settings
 from backfill_lib.sources import source_frame, source_input
-from backfill_lib.staging import staged_rows
+from backfill_lib.staging import check_reserved_column, staged_rows
 from backfill_lib.strategies import strategy_for
 from backfill_lib.tables import Column, TableState, read_table_state
 from backfill_lib.validation import SuiteRunner, load_suite
@@ -112,6 +112,7 @@ def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[Column
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
     where = str(plan.request.source.sql)
     if plan.strategy is not Strategy.REBUILD:
+        check_reserved_column(plan.target_table, plan.target_columns, where, columns)
         return align(columns, plan.target_columns, where, plan.request.keys)
     by_name = {c.name: c for c in columns}
     grain = plan.request.target.grain

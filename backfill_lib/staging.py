@@ -35,16 +35,12 @@ def ensure_staging_table(spark: SparkSession, plan: BackfillPlan, columns: tuple
     Raises
     ------
     SchemaMismatchError
-        When the target has a column named ``_backfill_batch``, or the staging table exists without it (staged
-        by an earlier delta-backfill, partitioned like the target); nothing is created or written.
+        When the staging table exists without ``_backfill_batch`` (staged by an earlier delta-backfill,
+        partitioned like the target); nothing is created or written. A column of that name in the target or the
+        source is refused earlier, by :func:`check_reserved_column` at intake.
     """
     from delta.tables import DeltaTable
 
-    if any(c.name.lower() == BATCH_COLUMN for c in columns):
-        raise SchemaMismatchError(
-            f"{plan.target_table}: column {BATCH_COLUMN} is reserved for the staging table's batch partition; "
-            "rename it in the target before backfilling"
-        )
     if spark.catalog.tableExists(plan.staging_table) and BATCH_COLUMN not in spark.table(plan.staging_table).columns:
         raise SchemaMismatchError(
             f"staging table {plan.staging_table} has no {BATCH_COLUMN} column (staged by an earlier delta-backfill): "
@@ -57,6 +53,23 @@ def ensure_staging_table(spark: SparkSession, plan: BackfillPlan, columns: tuple
         builder = builder.addColumn(col.name, col.type, nullable=col.nullable)
     builder = builder.addColumn(BATCH_COLUMN, "INT", nullable=False)
     builder.partitionedBy(BATCH_COLUMN).property("delta.appendOnly", "false").execute()
+
+
+def check_reserved_column(target_table: str, target: tuple[Column, ...], source_sql: str,
+                          source: tuple[Column, ...]) -> None:
+    """Refuse a target or source column named ``_backfill_batch`` (the staging table's partition column).
+
+    Raises
+    ------
+    SchemaMismatchError
+        Naming the target table, or the source SQL, that has the column.
+    """
+    for where, columns, fix in ((target_table, target, "the target"), (source_sql, source, "the source SQL")):
+        if any(c.name.lower() == BATCH_COLUMN for c in columns):
+            raise SchemaMismatchError(
+                f"{where}: column {BATCH_COLUMN} is reserved for the staging table's batch partition; "
+                f"rename it in {fix}"
+            )
 
 
 def staged_rows(spark: SparkSession, staging_table: str) -> DataFrame:

@@ -169,7 +169,19 @@ def test_a_target_column_named_like_the_staging_batch_column_is_refused(spark, s
         spark.createDataFrame([(3, D9, 1, 0)], schema).write.format("delta").partitionBy("dt").saveAsTable(f"{db}.{name}")
     sql = f"SELECT id, dt, v, _backfill_batch FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
     plan, state = prepare(spark, settings, events_request(tmp_path, db, sql=sql))
-    with pytest.raises(SchemaMismatchError, match=rf"^{db}\.events: column _backfill_batch is reserved"):
+    with pytest.raises(SchemaMismatchError, match=rf"^{db}\.events: column _backfill_batch is reserved.*rename it in the target$"):
+        runner(spark, settings).run(plan, state)
+    assert current_version(spark, f"{db}.events") == 0
+    assert not spark.catalog.tableExists(plan.staging_table)
+
+
+def test_a_source_column_named_like_the_staging_batch_column_is_refused_naming_the_sql(spark, settings, db, tmp_path):
+    from backfill_lib.errors import SchemaMismatchError
+
+    make_events(spark, db, SOURCE)
+    sql = f"SELECT id, dt, v, 7 AS _backfill_batch FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, sql=sql))
+    with pytest.raises(SchemaMismatchError, match=r"events\.sql: column _backfill_batch is reserved.*rename it in the source SQL$"):
         runner(spark, settings).run(plan, state)
     assert current_version(spark, f"{db}.events") == 0
     assert not spark.catalog.tableExists(plan.staging_table)
