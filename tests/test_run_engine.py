@@ -159,29 +159,23 @@ def test_concurrent_batches_stage_into_their_own_batch_partitions(spark, setting
                        ignore_row_order=True, ignore_nullable=True)
 
 
-def test_a_target_column_named_like_the_staging_batch_column_is_refused(spark, settings, db, tmp_path):
+@pytest.mark.parametrize("side", ["target", "source SQL"])
+def test_a_column_named_like_the_staging_batch_column_is_refused_naming_where(spark, settings, db, tmp_path, side):
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     from backfill_lib.errors import SchemaMismatchError
 
-    schema = StructType(EVENTS_SCHEMA.fields + [StructField("_backfill_batch", IntegerType())])
-    for name in ("events", "events_src"):
-        spark.createDataFrame([(3, D9, 1, 0)], schema).write.format("delta").partitionBy("dt").saveAsTable(f"{db}.{name}")
-    sql = f"SELECT id, dt, v, _backfill_batch FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
+    if side == "target":  # both tables carry the column, so only the reserved name is wrong
+        schema = StructType(EVENTS_SCHEMA.fields + [StructField("_backfill_batch", IntegerType())])
+        for name in ("events", "events_src"):
+            spark.createDataFrame([(3, D9, 1, 0)], schema).write.format("delta").partitionBy("dt").saveAsTable(f"{db}.{name}")
+        column, where = "_backfill_batch", rf"^{db}\.events"
+    else:
+        make_events(spark, db, SOURCE)
+        column, where = "7 AS _backfill_batch", r"events\.sql"
+    sql = f"SELECT id, dt, v, {column} FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
     plan, state = prepare(spark, settings, events_request(tmp_path, db, sql=sql))
-    with pytest.raises(SchemaMismatchError, match=rf"^{db}\.events: column _backfill_batch is reserved.*rename it in the target$"):
-        runner(spark, settings).run(plan, state)
-    assert current_version(spark, f"{db}.events") == 0
-    assert not spark.catalog.tableExists(plan.staging_table)
-
-
-def test_a_source_column_named_like_the_staging_batch_column_is_refused_naming_the_sql(spark, settings, db, tmp_path):
-    from backfill_lib.errors import SchemaMismatchError
-
-    make_events(spark, db, SOURCE)
-    sql = f"SELECT id, dt, v, 7 AS _backfill_batch FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
-    plan, state = prepare(spark, settings, events_request(tmp_path, db, sql=sql))
-    with pytest.raises(SchemaMismatchError, match=r"events\.sql: column _backfill_batch is reserved.*rename it in the source SQL$"):
+    with pytest.raises(SchemaMismatchError, match=rf"{where}: column _backfill_batch is reserved.*rename it in the {side}$"):
         runner(spark, settings).run(plan, state)
     assert current_version(spark, f"{db}.events") == 0
     assert not spark.catalog.tableExists(plan.staging_table)
