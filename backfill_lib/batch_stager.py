@@ -1,7 +1,7 @@
 """Staging a plan's batches: concurrently, retrying commit conflicts, resumable, cancellable between batches.
 
-Each batch is one Spark job writing exactly its partitions into the run's staging table (``replaceWhere``), so a
-batch staged twice (a retry, a resume after a crash mid-write) replaces its rows and never appends. The ledger
+Each batch writes its rows into its own partition of the run's staging table (``replaceWhere`` on
+``_backfill_batch = N`` and its partitions; see :mod:`backfill_lib.staging`), so a batch staged twice (a retry, a resume after a crash mid-write) replaces its rows and never appends. The ledger
 records ``staging`` before the write and ``staged`` (with rows) after it; a resume skips batches whose
 partitions are all ``staged``.
 """
