@@ -72,6 +72,7 @@ class BatchStager:
         if skipped:
             reporter.stage(f"resuming: {skipped} partitions already staged, {len(todo)} batches to go")
         concurrency = max(1, min(plan.request.concurrency or self.settings.concurrency, len(todo) or 1))
+        self.ledger.write_now()  # the run's events commit while the staging table is created
         if plan.strategy is not Strategy.REBUILD:
             ensure_staging_table(self.spark, plan, tuple(Column(c.name, c.type) for c in casts))
         self.ledger.flush()  # the run and its plan are in the ledger before any row is staged: resume can find it

@@ -148,18 +148,22 @@ class Check:
         return f"{self.kind} {self.name} failed on {where}: {detail}"
 
 
-def sql_value(value: object) -> str:
-    """A Spark SQL literal for a ledger value; strings go through hex so no quoting rule can break them."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return str(value)
+def json_value(value: object) -> object:
+    """A ledger value as JSON: timestamps as ISO 8601 text in UTC with the offset written out (so parsing them
+    does not depend on the session time zone), everything else as it is."""
     if isinstance(value, datetime):
         utc = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return f"TIMESTAMP'{utc.strftime('%Y-%m-%d %H:%M:%S.%f')}+00:00'"
-    return f"CAST(X'{str(value).encode().hex()}' AS STRING)"
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+    return value
+
+
+def _string_literal(text: str) -> str:
+    """A Spark SQL string literal of ``text``, through hex, so no quoting or escaping setting can change it."""
+    return f"CAST(X'{text.encode().hex()}' AS STRING)"
+
+
+#: how :func:`json_value` writes a timestamp, in Spark's datetime pattern
+JSON_TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 
 
 def _now() -> datetime:
@@ -180,6 +184,7 @@ class Ledger:
         self._cond = threading.Condition()
         self._writer: threading.Thread | None = None
         self._flushing = 0  # threads waiting in flush(): the writer stops lingering
+        self._hurry = False  # write_now() was called: the writer stops lingering once
 
     def table(self, name: str) -> str:
         return f"{self.schema}.{name}"
@@ -228,9 +233,9 @@ class Ledger:
                 # Linger, so events recorded close together (a stage's checks, diffs and status) share one
                 # commit per table instead of two bursts in a row; a flush ends the wait at once.
                 deadline = time.monotonic() + LINGER_SECONDS
-                while not self._flushing and (left := deadline - time.monotonic()) > 0:
+                while not self._flushing and not self._hurry and (left := deadline - time.monotonic()) > 0:
                     self._cond.wait(timeout=left)
-                batch, self._queue = self._queue, []
+                batch, self._queue, self._hurry = self._queue, [], False
                 self._writing = len(batch)
             try:
                 by_table: dict[str, list[dict]] = {}
@@ -249,14 +254,25 @@ class Ledger:
                     self._cond.notify_all()
 
     def _insert(self, name: str, rows: list[dict]) -> None:
-        # One INSERT ... VALUES of literals: it runs without Python workers, about 5x faster than writing a
-        # DataFrame made with createDataFrame, and it is still one Delta commit.
+        # One INSERT of one string literal, the rows as a JSON array that from_json parses in the JVM: no Python
+        # workers, one Delta commit, and a parse cost that stays flat with the rows (a VALUES clause of 2,555
+        # check rows took 1.3-2.5 s to insert, this 0.9-1.1 s; 1 row 0.6 s either way).
         schema = _SCHEMAS[name]
-        values = ",\n".join(
-            "(" + ", ".join(sql_value(r.get(f.name)) for f in schema.fields) + ")" for r in rows
-        )
+        payload = json.dumps([{f.name: json_value(r.get(f.name)) for f in schema.fields} for r in rows])
         columns = ", ".join(f.name for f in schema.fields)
-        self.spark.sql(f"INSERT INTO {self.table(name)} ({columns}) VALUES {values}")
+        array_type = f"array<{schema.simpleString()}>"
+        self.spark.sql(
+            f"INSERT INTO {self.table(name)} ({columns}) SELECT {columns} FROM (SELECT inline(from_json("
+            f"{_string_literal(payload)}, '{array_type}', "
+            f"map('timestampFormat', {_string_literal(JSON_TIMESTAMP_FORMAT)}))))"
+        )
+
+    def write_now(self) -> None:
+        """Start committing what is queued without waiting for it (the writer stops lingering), so the commit
+        overlaps the caller's next steps and a later :meth:`flush` waits less."""
+        with self._cond:
+            self._hurry = bool(self._queue)
+            self._cond.notify_all()
 
     def flush(self) -> None:
         """Wait until every event recorded so far is committed.

@@ -92,6 +92,9 @@ class BackfillPlan:
     parent_run_id: str | None = None
     #: who approved publishing to a protected table (set at run time, not planned)
     approved_by: str | None = None
+    #: True when ``build_plan`` minted ``run_id`` (time plus 24 random bits), so no ledger can hold it yet and the
+    #: runner skips looking it up; False for a given run ID and for a plan read back from the ledger
+    run_id_minted: bool = False
 
     @property
     def commit_run_id(self) -> str:
@@ -282,6 +285,7 @@ def build_plan(
     batches = tuple(
         Batch(i, tuple(planned[j : j + size])) for i, j in enumerate(range(0, len(planned), size))
     )
+    minted = not run_id
     run_id = check_run_id(run_id) if run_id else new_run_id(now)
     return BackfillPlan(
         run_id=run_id,
@@ -296,6 +300,7 @@ def build_plan(
         staging_table=staging_table_name(request.target.table, staging_schema, run_id),
         source_input=source_input,
         target_columns=state.columns,
+        run_id_minted=minted,
     )
 
 

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from backfill_lib.errors import FenceError, PublishError
 from backfill_lib.plan import BackfillPlan
-from backfill_lib.tables import PartitionStats, current_version, partition_stats
+from backfill_lib.tables import PartitionStats, current_version, latest_snapshot, partition_stats
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
@@ -95,7 +95,8 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
     FenceError
         Naming the versions and the first changed partitions.
     """
-    now_version = current_version(spark, plan.target_table)
+    snapshot = latest_snapshot(spark, plan.target_table)  # the version and the files compared, from one snapshot
+    now_version = int(snapshot.version())
     if now_version == plan.target_version:
         return now_version
     if plan.request.strategy.value == "rebuild":  # a rebuild replaces every partition: any commit is in range
@@ -106,7 +107,7 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
     from backfill_lib.plan import stats_by_key
 
     request = plan.request
-    now = stats_by_key(partition_stats(spark, plan.target_location, plan.partition_column),
+    now = stats_by_key(partition_stats(spark, plan.target_table, plan.partition_column, snapshot),
                        request.target.grain, request.time_zone)
     empty = PartitionStats()
     changed = [p.key for p in plan.partitions if now.get(p.key, empty).fingerprint != p.current.fingerprint]
@@ -138,8 +139,15 @@ def committed_version(spark: SparkSession, table: str, run_id: str, action: str,
     whether its publish committed before the crash)."""
     from delta.tables import DeltaTable
 
-    history = DeltaTable.forName(spark, table).history().where(F.col("version") > after)
-    for row in history.orderBy(F.col("version").desc()).collect():
+    newer = current_version(spark, table) - after
+    if newer <= 0:
+        return None
+    # The newest ``newer`` entries only, not a history of months; the whole history again when commits landed
+    # in between and pushed ``after + 1`` out of them.
+    rows = DeltaTable.forName(spark, table).history(newer).where(F.col("version") > after).collect()
+    if not rows or min(int(r["version"]) for r in rows) > after + 1:
+        rows = DeltaTable.forName(spark, table).history().where(F.col("version") > after).collect()
+    for row in sorted(rows, key=lambda r: -int(r["version"])):
         meta = row["userMetadata"]
         if meta:
             try:

@@ -49,6 +49,7 @@ from backfill_lib.settings import Settings
 from backfill_lib.sources import source_frame, source_input
 from backfill_lib.staging import check_reserved_column, staged_rows
 from backfill_lib.strategies import strategy_for
+from backfill_lib.strategies.base import staged_fingerprints
 from backfill_lib.tables import Column, TableState, read_table_state
 from backfill_lib.validation import SuiteRunner, load_suite
 
@@ -205,7 +206,7 @@ class Runner:
             Any other intake or staging error; the run is recorded ``failed`` with the message.
         """
         self.ledger.ensure()
-        existing = self.ledger.find_run(plan.run_id) if self.ledger.has_run(plan.run_id) else None
+        existing = None if plan.run_id_minted or not self.ledger.has_run(plan.run_id) else self.ledger.find_run(plan.run_id)
         if existing is not None:
             stored = json.loads(existing["plan_json"])["request"]
             if stored != json.loads(plan.request.model_dump_json()):
@@ -282,7 +283,7 @@ class Runner:
             record = self.ledger.record_run(record, "staged")
             self._stop_if_cancelled(plan, "after staging")
             record = self.ledger.record_run(record, "validating")
-            validated, diffs = self._validate(plan, suite, reporter)
+            validated, diffs, fingerprints = self._validate(plan, suite, reporter)
             checks = self._gate_row_counts(plan, rows) + validated
             self.ledger.record_checks(plan.run_id, checks)
             crash_point("after_validate")
@@ -302,7 +303,7 @@ class Runner:
                 self.write_report(plan, RunOutcome(record, rows, tuple(checks), diff_rows(diffs)))
                 return RunResult(plan, "validated", rows, tuple(checks))
             self._stop_if_cancelled(plan, "after validation")
-            return self._publish(plan, record, casts, rows, checks, reporter, diffs)
+            return self._publish(plan, record, casts, rows, checks, reporter, diffs, fingerprints)
         except GateFailedError:
             self.write_report(plan)
             raise
@@ -338,11 +339,12 @@ class Runner:
         return self.resume(run_id)
 
     def _publish(self, plan: BackfillPlan, record: dict, casts, rows: dict[str, int], checks: list[Check],
-                 reporter: Reporter, diffs: list | None = None) -> RunResult:
+                 reporter: Reporter, diffs: list | None = None, fingerprints: dict | None = None) -> RunResult:
         """Publish once: a run caught mid-publish finds its own commit by run ID instead of committing again.
         A top-level run then releases its marts and monitors every table it published, rolling all of them back
         on any failure. ``diffs`` are this process's validation diffs (``None`` on a resume: the report then
-        reads the ledger)."""
+        reads the ledger); ``fingerprints`` the staged rows' checksums validation computed (``None``: the
+        post-publish check reads staging itself)."""
         strategy = strategy_for(plan.strategy)
         try:
             version = None
@@ -375,7 +377,7 @@ class Runner:
         # Two independent reads at once: the commit's retention horizon (history, properties) and the checksums.
         with ThreadPoolExecutor(1, thread_name_prefix=f"{plan.run_id}-retention") as pool:
             until = pool.submit(in_pool, self.spark, rollback_until, self.spark, plan.target_table, version)
-            post = strategy.verify(self.spark, plan, version)
+            post = strategy.verify(self.spark, plan, version, fingerprints)
             record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version,
                                             rollback_until=until.result())
         self.ledger.record_checks(plan.run_id, post)
@@ -533,9 +535,11 @@ class Runner:
         current = {p.key: p.current.rows for p in plan.partitions}
         return row_count_checks(current, rows, plan.request.gates)
 
-    def _validate(self, plan: BackfillPlan, suite, reporter: Reporter) -> tuple[list[Check], list]:
+    def _validate(self, plan: BackfillPlan, suite, reporter: Reporter) -> tuple[list[Check], list, dict | None]:
         """Audit the staged rows of the whole range at once (write-audit-publish): one GX validation, one
-        aggregation per reconciliation or metric rule, one diff; every check still names its partition.
+        aggregation per reconciliation or metric rule, one diff; every check still names its partition. Returns
+        the checks, the diffs, and (for strategies that replace partitions) the staged rows' per-partition
+        checksums, computed alongside for the post-publish check.
 
         Once over the range rather than per batch, because each validation costs a fixed few seconds (GX's
         checkpoint, one Spark job per rule) that batches would multiply.
@@ -549,9 +553,10 @@ class Runner:
         if not whole:
             staged = staged.where(plan.predicate())
             current = current.where(plan.predicate())
-        # Independent read-only audits run at once (the FAIR pool shares the cluster between them): on small
-        # ranges each is mostly fixed Spark latency, which overlaps.
-        with ThreadPoolExecutor(max(1, self.settings.concurrency), thread_name_prefix=f"{plan.run_id}-audit") as pool:
+        # Independent read-only audits all run at once (the FAIR pool shares the cluster between them): on small
+        # ranges each is mostly fixed Spark latency, which overlaps; one waiting for a thread would only add its own.
+        audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 2  # diff, checksums
+        with ThreadPoolExecutor(audit_count, thread_name_prefix=f"{plan.run_id}-audit") as pool:
             def submit(fn, *args):
                 return pool.submit(in_pool, self.spark, fn, *args)
 
@@ -563,8 +568,11 @@ class Runner:
             for rule in plan.request.metric_rules:
                 audits.append(submit(self._metric_rule, plan, scope, rule, staged, whole))
             diffed = submit(self._diff, plan, staged, current)
+            summed = (submit(staged_fingerprints, self.spark, plan, None if whole else plan.predicate())
+                      if strategy_for(plan.strategy).replaces_partitions else None)
             checks: list[Check] = [c for a in audits for c in a.result()]
             diffs = diffed.result()
+            fingerprints = summed.result() if summed else None
         if plan.request.diff_gate is not None:
             checks += evaluate_diff(diffs, plan.request.diff_gate)
         batch_of = {k: b.index for b in plan.batches for k in b.keys}
@@ -572,7 +580,7 @@ class Runner:
         self.ledger.record_diffs(plan.run_id, diffs.values())
         passed = sum(c.success for c in checks)
         reporter.stage(f"validated: {passed} of {len(checks)} checks passed")
-        return checks, list(diffs.values())
+        return checks, list(diffs.values()), fingerprints
 
     def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged, whole: bool) -> list[Check]:
         source = self.spark.table(rule.source.table)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import date, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -48,10 +49,14 @@ def source_input(spark: SparkSession, df: DataFrame):
     files = df.inputFiles()
     if not files:
         return SourceInput(0, 0)
-    jvm = spark.sparkContext._jvm
+    path_class = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # resolved once: each name step is a py4j call
     conf = spark.sparkContext._jsc.hadoopConfiguration()
+    file_systems: dict[tuple[str, str], object] = {}
     total = 0
     for f in files:
-        path = jvm.org.apache.hadoop.fs.Path(f)
-        total += path.getFileSystem(conf).getFileStatus(path).getLen()
+        path = path_class(f)
+        root = urlsplit(f)[:2]  # scheme and authority name the file system
+        if root not in file_systems:
+            file_systems[root] = path.getFileSystem(conf)
+        total += file_systems[root].getFileStatus(path).getLen()
     return SourceInput(len(files), total)

@@ -62,26 +62,27 @@ def table_exists(spark: SparkSession, name: str) -> bool:
     return spark.catalog.tableExists(name)
 
 
-def _history_version(spark: SparkSession, name: str) -> int:
+def latest_snapshot(spark: SparkSession, name: str):
+    """The latest snapshot of Delta table ``name`` (a JVM ``org.apache.spark.sql.delta.Snapshot``), after
+    listing the log for new commits: its version and file list belong to one and the same version.
+
+    Through the ``DeltaLog`` behind ``DeltaTable.forName`` rather than ``DeltaTable.history``, which reads and
+    sorts commit files in a Spark job (0.6-0.8 s warm against about 0.1 s here, on a local session)."""
     from delta.tables import DeltaTable
 
-    return int(DeltaTable.forName(spark, name).history(1).collect()[0]["version"])
+    jvm = spark.sparkContext._jvm
+    delta_log = DeltaTable.forName(spark, name)._jdt.deltaLog()
+    return delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
 
 
 def current_version(spark: SparkSession, name: str) -> int:
     """The latest committed version of Delta table ``name``."""
-    return _history_version(spark, name)
+    return int(latest_snapshot(spark, name).version())
 
 
-def add_files(spark: SparkSession, location: str) -> DataFrame:
-    """The ``add`` actions of the table's latest snapshot: ``path``, ``partitionValues``, ``size``, ``stats``.
-
-    Read from the Delta log through ``org.apache.spark.sql.delta.DeltaLog`` (Delta's own log replay,
-    checkpoints included); no data file is read.
-    """
-    jvm = spark.sparkContext._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
-    snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+def add_files(snapshot, spark: SparkSession) -> DataFrame:
+    """The ``add`` actions of ``snapshot`` (from :func:`latest_snapshot`): ``path``, ``partitionValues``, ``size``,
+    ``stats``; from Delta's own log replay (checkpoints included), no data file read."""
     return DataFrame(snapshot.allFiles().toDF(), spark)
 
 
@@ -101,16 +102,18 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     schema = spark.table(name).schema
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
     partition_columns = tuple(detail["partitionColumns"])
-    version = _history_version(spark, name)
+    snapshot = latest_snapshot(spark, name)  # the version and its partitions' files, read from one snapshot
+    version = int(snapshot.version())
     partitions: dict[str, PartitionStats] = {}
     if with_partitions and partition_columns:
-        partitions = partition_stats(spark, detail["location"], partition_columns[0])
+        partitions = partition_stats(spark, name, partition_columns[0], snapshot)
     return TableState(name, detail["location"], version, columns, partition_columns, partitions)
 
 
-def partition_stats(spark: SparkSession, location: str, partition_column: str) -> dict[str, PartitionStats]:
-    """Files, bytes, rows and a file-set fingerprint per value of ``partition_column``, from the Delta log."""
-    files = add_files(spark, location)
+def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None) -> dict[str, PartitionStats]:
+    """Files, bytes, rows and a file-set fingerprint per value of ``partition_column`` of Delta table ``name``,
+    from the Delta log of ``snapshot`` (default: the latest, from :func:`latest_snapshot`)."""
+    files = add_files(snapshot if snapshot is not None else latest_snapshot(spark, name), spark)
     rows = (
         files.select(
             F.col("partitionValues").getItem(partition_column).alias("p"),

@@ -2,6 +2,7 @@
 
 import json
 import time
+from datetime import datetime, timezone
 
 import pytest
 from pyspark.errors import AnalysisException
@@ -74,3 +75,17 @@ def test_a_ledger_insert_is_one_spark_job_in_a_non_utc_session(spark, db):
         jobs.append(len(tracker.getJobIdsForGroup(group)))
     spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     assert jobs == [1, 1, 1]
+
+
+def test_ledger_values_are_stored_exactly(spark, db):
+    # Rows travel as one JSON literal: text with quotes, backslashes, newlines and non-ASCII letters, a UTC
+    # timestamp to the microsecond in a non-UTC session, 64-bit counts and NULLs all read back unchanged.
+    ledger = Ledger(spark, db)
+    ledger.ensure()
+    text = 'it\'s "q" \\ ü 日本\nline two'
+    started = datetime(2024, 3, 10, 7, 30, 1, 123456, tzinfo=timezone.utc)
+    ledger.record_partitions("r5", [{"partition": "2024-03-10", "status": "staged", "rows": 2**40, "batch": None,
+                                     "started_at": started, "message": text}])
+    ledger.flush()
+    row = spark.sql(f"SELECT message, rows, batch, unix_micros(started_at) AS micros FROM {db}.partitions").first()
+    assert (row["message"], row["rows"], row["batch"], row["micros"]) == (text, 1099511627776, None, 1710055801123456)

@@ -5,7 +5,7 @@ import pytest
 
 from backfill_lib.errors import IntakeError, SchemaMismatchError
 from backfill_lib.explain import explain, human_bytes
-from backfill_lib.plan import FALLBACK_BATCH_SIZE, SourceInput, build_plan, staging_table_name
+from backfill_lib.plan import FALLBACK_BATCH_SIZE, SourceInput, build_plan, plan_from_summary, staging_table_name
 from backfill_lib.request import load_request
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.tables import Column, PartitionStats, TableState
@@ -64,6 +64,10 @@ def test_run_id_derives_from_now_and_request_batch_size_wins():
     request = load_request("conf/backfills/fix_daily_route_delays.yml")
     plan = build_plan(request, state(), request_path="r", staging_schema="s", batch_size=10, now=NOW)
     assert plan.run_id.startswith("bf_20261130_020000_") and len(plan.run_id) == len("bf_20261130_020000_") + 6
+    # A minted run ID cannot be in any ledger yet; a given one, or one read back from the ledger, may be.
+    assert plan.run_id_minted is True
+    assert plan_for(state()).run_id_minted is False
+    assert plan_from_summary(plan.summary()).run_id_minted is False
     assert len(plan.batches) == 3  # the request's batch_size 31, not the settings' 10
     unbatched = request.model_copy(update={"batch_size": None})
     plan = build_plan(unbatched, state(), request_path="r", staging_schema="s", batch_size=10, now=NOW)

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from backfill_lib.errors import DuplicateKeyError, GateFailedError, SchemaMismatchError
 from backfill_lib.runner import Runner, prepare
+from backfill_lib.strategies.base import staged_fingerprints, verify_partitions
 from backfill_lib.tables import current_version
 from tests.conftest import write_request
 
@@ -107,6 +108,23 @@ def test_recompute_one_partition_among_three(spark, settings, db, tmp_path):
     run(spark, settings, request(tmp_path, f"{db}.t", sql, start=D10, end=D10))
     counts = {r.dt: r["count"] for r in spark.table(f"{db}.t").groupBy("dt").count().collect()}
     assert counts == {D8: 2, D9: 3, D10: 5}
+
+
+def test_the_post_publish_check_compares_with_checksums_taken_at_validation(spark, settings, db, tmp_path):
+    # Validation computes the staged checksums once; the post-publish check then reads only the published side.
+    table(spark, f"{db}.t", ID_DT_AMT, [(1, D8, 0), (2, D9, 0)])
+    sql = "SELECT CAST(id AS INT) AS id, DATE'2024-03-09' AS dt, 7 AS amt FROM range(3)"
+    result = run(spark, settings, request(tmp_path, f"{db}.t", sql))
+    post = [c for c in result.checks if c.kind == "post_publish"]
+    assert [(c.partition, c.success, c.observed.split(",")[0]) for c in post] == [("2024-03-09", True, "3 rows")]
+    plan = result.plan
+    staged = staged_fingerprints(spark, plan, plan.predicate())
+    assert verify_partitions(spark, plan, result.published_version, plan.predicate(), staged) == post
+    rows, checksum = staged["2024-03-09"]
+    tampered = verify_partitions(spark, plan, result.published_version, plan.predicate(),
+                                 {"2024-03-09": (rows + 1, checksum)})
+    assert [(c.partition, c.success, c.message.split(" (")[0]) for c in tampered] == [
+        ("2024-03-09", False, "published 3 rows")]
 
 
 def test_schema_guard_names_column_and_types_then_accepts_a_new_column(spark, settings, db, tmp_path):

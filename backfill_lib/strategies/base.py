@@ -39,9 +39,11 @@ class StrategyImpl:
         """One commit on the target; return ``(pre_publish_version, published_version)``."""
         raise NotImplementedError
 
-    def verify(self, spark: SparkSession, plan: BackfillPlan, version: int) -> list[Check]:
-        """Post-publish checks of ``version`` against staging."""
-        return verify_partitions(spark, plan, version, plan.predicate())
+    def verify(self, spark: SparkSession, plan: BackfillPlan, version: int,
+               staged: dict[str, tuple[int, object]] | None = None) -> list[Check]:
+        """Post-publish checks of ``version`` against staging; ``staged`` are the staged rows'
+        :func:`partition_fingerprints` when the run already computed them (else they are computed here)."""
+        return verify_partitions(spark, plan, version, plan.predicate(), staged)
 
 
 def partition_fingerprints(df: DataFrame, keys: PartitionKeys) -> dict[str, tuple[int, object]]:
@@ -58,17 +60,26 @@ def partition_fingerprints(df: DataFrame, keys: PartitionKeys) -> dict[str, tupl
     return keys.rekey({r["p"]: (int(r["n"]), r["h"]) for r in rows})
 
 
-def verify_partitions(spark: SparkSession, plan: BackfillPlan, version: int, predicate: str | None) -> list[Check]:
-    """Row count and checksum per partition of the published ``version`` versus staging, within ``predicate``
-    (``None``: the whole table). Partitions present on either side are compared."""
-    published_df = spark.read.option("versionAsOf", version).table(plan.target_table)
+def staged_fingerprints(spark: SparkSession, plan: BackfillPlan, predicate: str | None) -> dict[str, tuple[int, object]]:
+    """:func:`partition_fingerprints` of the staged rows within ``predicate`` (``None``: all of them)."""
     staged_df = staged_rows(spark, plan.staging_table)
+    return partition_fingerprints(staged_df if predicate is None else staged_df.where(predicate), plan.partition_keys)
+
+
+def verify_partitions(spark: SparkSession, plan: BackfillPlan, version: int, predicate: str | None,
+                      staged: dict[str, tuple[int, object]] | None = None) -> list[Check]:
+    """Row count and checksum per partition of the published ``version`` (read back from the table) versus
+    staging, within ``predicate`` (``None``: the whole table). Partitions present on either side are compared.
+    ``staged`` are :func:`staged_fingerprints` computed earlier (staging does not change once validated);
+    without them both sides are read here, at once."""
+    published_df = spark.read.option("versionAsOf", version).table(plan.target_table)
     if predicate is not None:
-        published_df, staged_df = published_df.where(predicate), staged_df.where(predicate)
+        published_df = published_df.where(predicate)
     with ThreadPoolExecutor(2, thread_name_prefix=f"{plan.run_id}-verify") as pool:  # two independent scans
-        sides = [pool.submit(in_pool, spark, partition_fingerprints, df, plan.partition_keys)
-                 for df in (published_df, staged_df)]
-        published, staged = (f.result() for f in sides)
+        published_read = pool.submit(in_pool, spark, partition_fingerprints, published_df, plan.partition_keys)
+        staged_read = None if staged is not None else pool.submit(in_pool, spark, staged_fingerprints, spark, plan, predicate)
+        published = published_read.result()
+        staged = staged if staged_read is None else staged_read.result()
     checks = []
     keys = set(published) | set(staged)
     if predicate is not None:  # a planned partition that is empty on both sides is still reported

@@ -31,8 +31,7 @@ class Rebuild(StrategyImpl):
     def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame) -> dict[str, int]:
         """Create the staging table from the whole source (it is the run's own table, so replacing it is scoped)."""
         df.writeTo(plan.staging_table).using("delta").partitionedBy(plan.partition_column).createOrReplace()
-        location = spark.sql(f"DESCRIBE DETAIL {plan.staging_table}").first()["location"]
-        return {k: (s.rows or 0) for k, s in partition_stats(spark, location, plan.partition_column).items() if k}
+        return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_column).items() if k}
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> tuple[int, int]:
         """``CREATE OR REPLACE TABLE target ... AS SELECT * FROM staging`` keeping the table's properties."""
@@ -49,5 +48,6 @@ class Rebuild(StrategyImpl):
             )
         return pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)
 
-    def verify(self, spark: SparkSession, plan: BackfillPlan, version: int) -> list[Check]:
-        return verify_partitions(spark, plan, version, None)
+    def verify(self, spark: SparkSession, plan: BackfillPlan, version: int, staged=None) -> list[Check]:
+        """Every partition of the rebuilt table against staging (the whole table, not a range)."""
+        return verify_partitions(spark, plan, version, None, staged)
