@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.errors import PublishError
-from backfill_lib.tables import current_version
+from backfill_lib.tables import current_version, latest_snapshot
 
 DEFAULT_DELETED_FILE_RETENTION = timedelta(days=7)
 DEFAULT_LOG_RETENTION = timedelta(days=30)
@@ -52,9 +52,19 @@ def rollback_until(spark: SparkSession, table: str, version: int) -> datetime:
     table's :func:`retention`."""
     from delta.tables import DeltaTable
 
-    committed = (DeltaTable.forName(spark, table).history().where(F.col("version") == version)
-                 .select(F.unix_micros("timestamp").alias("us")).first())
-    properties = spark.sql(f"DESCRIBE DETAIL {table}").first()["properties"] or {}
+    snapshot = latest_snapshot(spark, table)
+    # The newest entries down to ``version`` only (a long history is not read; all of it again if commits
+    # landed in between), and the properties from the snapshot's metadata, not DESCRIBE DETAIL, which would
+    # list every file of the table for its size.
+    newest = max(1, int(snapshot.version()) - version + 1)
+    committed = None
+    for limit in (newest, None):
+        history = DeltaTable.forName(spark, table).history(limit) if limit else DeltaTable.forName(spark, table).history()
+        committed = history.where(F.col("version") == version).select(F.unix_micros("timestamp").alias("us")).first()
+        if committed is not None:
+            break
+    jvm = spark.sparkContext._jvm
+    properties = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.metadata().configuration()))
     at = datetime.fromtimestamp(committed["us"] / 1e6, tz=timezone.utc)
     return at + retention(properties)
 

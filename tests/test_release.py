@@ -130,3 +130,19 @@ def test_protected_table_needs_an_approver_recorded_in_ledger_and_commit(spark, 
     assert Ledger(spark, settings.ledger_schema).run(plan2.run_id)["approved_by"] == "lead@example.com"
     meta = json.loads(spark.sql(f"DESCRIBE HISTORY {db}.events").where("version = 1").first()["userMetadata"])
     assert meta["approved_by"] == "lead@example.com"
+
+
+def test_rollback_stays_possible_for_the_shorter_retention_after_the_commit(spark, db):
+    from datetime import timedelta
+
+    from delta.tables import DeltaTable
+
+    from backfill_lib.release import rollback_until
+
+    spark.sql(f"CREATE TABLE {db}.kept (id INT) USING delta TBLPROPERTIES ("
+              "'delta.logRetentionDuration' = 'interval 5 days', 'delta.deletedFileRetentionDuration' = 'interval 2 days')")
+    spark.sql(f"INSERT INTO {db}.kept VALUES (1)")
+    spark.sql(f"INSERT INTO {db}.kept VALUES (2)")  # a later commit: version 1 is not the newest
+    committed = {r["version"]: r["timestamp"] for r in DeltaTable.forName(spark, f"{db}.kept").history().collect()}
+    until = rollback_until(spark, f"{db}.kept", 1)
+    assert until - timedelta(days=2) == committed[1].astimezone(until.tzinfo)
