@@ -10,11 +10,10 @@ import json
 from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from backfill_lib.errors import FenceError, PublishError
 from backfill_lib.plan import BackfillPlan
-from backfill_lib.tables import PartitionStats, current_version, latest_snapshot, partition_stats
+from backfill_lib.tables import PartitionStats, current_version, history_since, latest_snapshot, partition_stats
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
@@ -137,17 +136,7 @@ def find_version(spark: SparkSession, table: str, run_id: str, action: str, afte
 def committed_version(spark: SparkSession, table: str, run_id: str, action: str, after: int) -> int | None:
     """Like :func:`find_version`, but ``None`` when the run made no such commit (how a resumed run learns
     whether its publish committed before the crash)."""
-    from delta.tables import DeltaTable
-
-    newer = current_version(spark, table) - after
-    if newer <= 0:
-        return None
-    # The newest ``newer`` entries only, not a history of months; the whole history again when commits landed
-    # in between and pushed ``after + 1`` out of them.
-    rows = DeltaTable.forName(spark, table).history(newer).where(F.col("version") > after).collect()
-    if not rows or min(int(r["version"]) for r in rows) > after + 1:
-        rows = DeltaTable.forName(spark, table).history().where(F.col("version") > after).collect()
-    for row in sorted(rows, key=lambda r: -int(r["version"])):
+    for row in history_since(spark, table, after + 1):
         meta = row["userMetadata"]
         if meta:
             try:

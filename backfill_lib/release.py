@@ -13,10 +13,9 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from backfill_lib.errors import PublishError
-from backfill_lib.tables import current_version, latest_snapshot
+from backfill_lib.tables import current_version, history_since, latest_snapshot
 
 DEFAULT_DELETED_FILE_RETENTION = timedelta(days=7)
 DEFAULT_LOG_RETENTION = timedelta(days=30)
@@ -50,22 +49,11 @@ def retention(properties: dict[str, str]) -> timedelta:
 def rollback_until(spark: SparkSession, table: str, version: int) -> datetime:
     """Until when (UTC) RESTORE to ``version - 1`` stays possible: the commit time of ``version`` plus the
     table's :func:`retention`."""
-    from delta.tables import DeltaTable
-
-    snapshot = latest_snapshot(spark, table)
-    # The newest entries down to ``version`` only (a long history is not read; all of it again if commits
-    # landed in between), and the properties from the snapshot's metadata, not DESCRIBE DETAIL, which would
-    # list every file of the table for its size.
-    newest = max(1, int(snapshot.version()) - version + 1)
-    committed = None
-    for limit in (newest, None):
-        history = DeltaTable.forName(spark, table).history(limit) if limit else DeltaTable.forName(spark, table).history()
-        committed = history.where(F.col("version") == version).select(F.unix_micros("timestamp").alias("us")).first()
-        if committed is not None:
-            break
-    jvm = spark.sparkContext._jvm
-    properties = dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(snapshot.metadata().configuration()))
-    at = datetime.fromtimestamp(committed["us"] / 1e6, tz=timezone.utc)
+    committed = history_since(spark, table, version)[-1]
+    # The properties from the snapshot's metadata, not DESCRIBE DETAIL, which would list every file for its size.
+    configuration = latest_snapshot(spark, table).metadata().configuration()
+    properties = dict(spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters.asJava(configuration))
+    at = datetime.fromtimestamp(committed["timestamp_us"] / 1e6, tz=timezone.utc)
     return at + retention(properties)
 
 
@@ -129,7 +117,4 @@ def check_protected(protected: tuple[str, ...], tables: list[str], approved_by: 
 
 def later_commits(spark: SparkSession, table: str, version: int) -> list[int]:
     """Versions of ``table`` committed after ``version``, oldest first."""
-    from delta.tables import DeltaTable
-
-    rows = DeltaTable.forName(spark, table).history().where(F.col("version") > version).select("version").collect()
-    return sorted(int(r["version"]) for r in rows)
+    return sorted(int(r["version"]) for r in history_since(spark, table, version + 1))

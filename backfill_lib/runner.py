@@ -206,7 +206,9 @@ class Runner:
             Any other intake or staging error; the run is recorded ``failed`` with the message.
         """
         self.ledger.ensure()
-        existing = None if plan.run_id_minted or not self.ledger.has_run(plan.run_id) else self.ledger.find_run(plan.run_id)
+        # A run ID the plan minted cannot be in the ledger yet: only a given one is looked up.
+        known = not plan.run_id_minted and self.ledger.has_run(plan.run_id)
+        existing = self.ledger.find_run(plan.run_id) if known else None
         if existing is not None:
             stored = json.loads(existing["plan_json"])["request"]
             if stored != json.loads(plan.request.model_dump_json()):

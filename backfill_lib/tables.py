@@ -80,6 +80,25 @@ def current_version(spark: SparkSession, name: str) -> int:
     return int(latest_snapshot(spark, name).version())
 
 
+def history_since(spark: SparkSession, name: str, version: int) -> list:
+    """``DESCRIBE HISTORY`` entries of Delta table ``name`` from ``version`` (inclusive) on, newest first, as rows
+    of ``version`` (int), ``userMetadata`` (str or None) and ``timestamp_us`` (commit time, UTC microseconds).
+
+    Only the newest entries are read (``history(n)``), not a history of months; when commits landed between
+    counting and reading and pushed ``version`` out of them, the whole history is read instead."""
+    from delta.tables import DeltaTable
+
+    newest = current_version(spark, name) - version + 1
+    if newest <= 0:
+        return []
+    table = DeltaTable.forName(spark, name)
+    columns = ["version", "userMetadata", F.unix_micros("timestamp").alias("timestamp_us")]
+    rows = table.history(newest).where(F.col("version") >= version).select(*columns).collect()
+    if not rows or min(int(r["version"]) for r in rows) > version:
+        rows = table.history().where(F.col("version") >= version).select(*columns).collect()
+    return sorted(rows, key=lambda r: -int(r["version"]))
+
+
 def add_files(snapshot, spark: SparkSession) -> DataFrame:
     """The ``add`` actions of ``snapshot`` (from :func:`latest_snapshot`): ``path``, ``partitionValues``, ``size``,
     ``stats``; from Delta's own log replay (checkpoints included), no data file read."""
