@@ -256,7 +256,8 @@ class Ledger:
     def _insert(self, name: str, rows: list[dict]) -> None:
         # One INSERT of one string literal, the rows as a JSON array that from_json parses in the JVM: no Python
         # workers, one Delta commit, and a parse cost that stays flat with the rows (a VALUES clause of 2,555
-        # check rows took 1.3-2.5 s to insert, this 0.9-1.1 s; 1 row 0.6 s either way).
+        # check rows took 1.3-2.5 s to insert, this 0.9-1.1 s; 1 row 0.6 s either way). FAILFAST: a value of the
+        # wrong type fails the write (raised by the next flush) instead of being stored as NULL.
         schema = _SCHEMAS[name]
         payload = json.dumps([{f.name: json_value(r.get(f.name)) for f in schema.fields} for r in rows])
         columns = ", ".join(f.name for f in schema.fields)
@@ -264,7 +265,7 @@ class Ledger:
         self.spark.sql(
             f"INSERT INTO {self.table(name)} ({columns}) SELECT {columns} FROM (SELECT inline(from_json("
             f"{_string_literal(payload)}, '{array_type}', "
-            f"map('timestampFormat', {_string_literal(JSON_TIMESTAMP_FORMAT)}))))"
+            f"map('timestampFormat', {_string_literal(JSON_TIMESTAMP_FORMAT)}, 'mode', 'FAILFAST'))))"
         )
 
     def write_now(self) -> None:

@@ -79,7 +79,8 @@ def test_a_ledger_insert_is_one_spark_job_in_a_non_utc_session(spark, db):
 
 def test_ledger_values_are_stored_exactly(spark, db):
     # Rows travel as one JSON literal: text with quotes, backslashes, newlines and non-ASCII letters, a UTC
-    # timestamp to the microsecond in a non-UTC session, 64-bit counts and NULLs all read back unchanged.
+    # timestamp to the microsecond in a non-UTC session, 64-bit counts and NULLs all read back unchanged; a value
+    # of the wrong type fails the write rather than turning into NULL.
     ledger = Ledger(spark, db)
     ledger.ensure()
     text = 'it\'s "q" \\ ü 日本\nline two'
@@ -89,3 +90,8 @@ def test_ledger_values_are_stored_exactly(spark, db):
     ledger.flush()
     row = spark.sql(f"SELECT message, rows, batch, unix_micros(started_at) AS micros FROM {db}.partitions").first()
     assert (row["message"], row["rows"], row["batch"], row["micros"]) == (text, 1099511627776, None, 1710055801123456)
+
+    ledger.record_partitions("r6", [{"partition": "2024-03-10", "status": "staged", "rows": "five"}])
+    with pytest.raises(Exception, match="(?i)malformed"):
+        ledger.flush()  # a value of the wrong type fails the write instead of being stored as NULL
+    assert spark.table(f"{db}.partitions").where("run_id = 'r6'").count() == 0
