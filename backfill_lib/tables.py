@@ -99,7 +99,7 @@ def history_since(spark: SparkSession, name: str, version: int) -> list:
     return sorted(rows, key=lambda r: -int(r["version"]))
 
 
-def add_files(snapshot, spark: SparkSession) -> DataFrame:
+def add_files(spark: SparkSession, snapshot) -> DataFrame:
     """The ``add`` actions of ``snapshot`` (from :func:`latest_snapshot`): ``path``, ``partitionValues``, ``size``,
     ``stats``; from Delta's own log replay (checkpoints included), no data file read."""
     return DataFrame(snapshot.allFiles().toDF(), spark)
@@ -132,7 +132,7 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
 def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None) -> dict[str, PartitionStats]:
     """Files, bytes, rows and a file-set fingerprint per value of ``partition_column`` of Delta table ``name``,
     from the Delta log of ``snapshot`` (default: the latest, from :func:`latest_snapshot`)."""
-    files = add_files(snapshot if snapshot is not None else latest_snapshot(spark, name), spark)
+    files = add_files(spark, snapshot if snapshot is not None else latest_snapshot(spark, name))
     rows = (
         files.select(
             F.col("partitionValues").getItem(partition_column).alias("p"),
