@@ -104,12 +104,11 @@ def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataF
     predicate = plan.batch_predicate(batch)
     in_batch = f"{BATCH_COLUMN} = {batch.index}"
     try:
+        # writeTo(...).overwrite(condition) is Delta's replaceWhere, without saveAsTable's catalog rewrite.
         (
             df.withColumn(BATCH_COLUMN, F.lit(batch.index).cast("int"))
-            .write.format("delta")
-            .mode("overwrite")
-            .option("replaceWhere", f"{in_batch} AND ({predicate})")
-            .saveAsTable(plan.staging_table)
+            .writeTo(plan.staging_table)
+            .overwrite(F.expr(f"{in_batch} AND ({predicate})"))
         )
     except AnalysisException as exc:
         if "DELTA_REPLACE_WHERE_MISMATCH" not in str(exc):

@@ -66,12 +66,18 @@ def latest_snapshot(spark: SparkSession, name: str):
     """The latest snapshot of Delta table ``name`` (a JVM ``org.apache.spark.sql.delta.Snapshot``), after
     listing the log for new commits: its version and file list belong to one and the same version.
 
-    Through the ``DeltaLog`` behind ``DeltaTable.forName`` rather than ``DeltaTable.history``, which reads and
-    sorts commit files in a Spark job (0.6-0.8 s warm against about 0.1 s here, on a local session)."""
+    Through ``DeltaLog.forTable`` with the parsed table identifier: one catalog lookup (3 metastore calls, about
+    50 ms on a local session) where ``DeltaTable.forName`` makes 11 (about 115 ms), and no Spark job, where
+    ``DeltaTable.history`` reads and sorts commit files in one (0.6-0.8 s warm)."""
     from delta.tables import DeltaTable
 
     jvm = spark.sparkContext._jvm
-    delta_log = DeltaTable.forName(spark, name)._jdt.deltaLog()
+    jspark = spark._jsparkSession
+    try:
+        ident = jspark.sessionState().sqlParser().parseTableIdentifier(name)
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(jspark, ident)
+    except Exception:  # another catalog's name, a runtime without this overload, a missing table: the public API
+        delta_log = DeltaTable.forName(spark, name)._jdt.deltaLog()
     return delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
 
 

@@ -9,7 +9,7 @@ from backfill_lib.errors import GateFailedError, IntakeError, StrayRowsError
 from backfill_lib.ledger import Ledger
 from backfill_lib.run_report import write_run_report
 from backfill_lib.runner import Runner, prepare
-from backfill_lib.tables import current_version
+from backfill_lib.tables import current_version, partition_stats
 from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, events_request, make_events
 
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100), (6, D10, 600)]
@@ -54,6 +54,23 @@ def test_recompute_replaces_exactly_the_range_in_one_commit(spark, settings, db,
     assert "| 2024-03-09 | 3 | 4 |" in at_run_end["report.md"] and "published" in at_run_end["report.md"]
     write_run_report(spark, settings, result.plan.run_id)
     assert {name: (folder / name).read_text() for name in at_run_end} == at_run_end
+
+
+def test_each_published_partition_is_one_file_however_staging_split_the_rows(spark, settings, db, tmp_path):
+    # The source shuffles by id into 2 tasks, so both staging files hold rows of both days; read as they are,
+    # each publishing task would write its own file into every day.
+    wide = [(i, D9, i) for i in range(1, 9)] + [(i, D10, i) for i in range(11, 19)]
+    make_events(spark, db, wide)
+    sql = (f"SELECT /*+ REPARTITION(2, id) */ id, dt, v * 10 AS v FROM {db}.events_src "
+           "WHERE dt >= :range_start AND dt < :range_end")
+    result = run(spark, settings, events_request(tmp_path, db, start=D9, end=D10, sql=sql, batch_size=2))
+
+    assert result.status == "published"
+    stats = partition_stats(spark, f"{db}.events", "dt")
+    assert {k: stats[k].files for k in ("2024-03-09", "2024-03-10")} == {"2024-03-09": 1, "2024-03-10": 1}
+    expected = spark.createDataFrame([(i, d, v * 10) for i, d, v in wide], EVENTS_SCHEMA)
+    assert_df_equality(spark.table(f"{db}.events").where("dt >= DATE'2024-03-09'"), expected,
+                       ignore_row_order=True, ignore_nullable=True)
 
 
 def test_running_twice_leaves_identical_contents(spark, settings, db, tmp_path):

@@ -352,11 +352,22 @@ def write_request(folder: Path, name: str, sql: str, suite: dict, **fields) -> P
     return path
 
 
+def metastore_calls(spark) -> int | None:
+    """Hive metastore client calls so far in this JVM (Spark's ``HiveCatalogMetrics``); each is a query of the
+    embedded Derby metastore, serialized behind one client lock."""
+    try:
+        return int(spark.sparkContext._jvm.org.apache.spark.metrics.source.HiveCatalogMetrics
+                   .METRIC_HIVE_CLIENT_CALLS().getCount())
+    except Exception:  # not a Hive catalog, or no JVM access (Spark Connect)
+        return None
+
+
 def run_full(spark, settings, request: Path) -> tuple[float, dict]:
     """``prepare`` + ``Runner.run`` under the stage timer; returns the wall time and what the run did."""
     from backfill_lib.runner import Runner, prepare
 
     gc.collect()
+    calls_before = metastore_calls(spark)
     timer = StageTimer(spark.sparkContext).install()
     outside = timer.enter_group(timer.OTHER)  # jobs of no wrapped call count as "other"
     try:
@@ -383,6 +394,7 @@ def run_full(spark, settings, request: Path) -> tuple[float, dict]:
         "concurrency": getattr(plan.request, "concurrency", None) or getattr(settings, "concurrency", 1),
         "prepare_s": round(prepared - started, 3),
         "run_s": round(ended - prepared, 3),
+        "metastore_calls": None if calls_before is None else metastore_calls(spark) - calls_before,
         "stages": timer.breakdown(total),
         "ledger_phases": ledger_phases(spark, plan.run_id),
         "staging_table": plan.staging_table,
@@ -408,7 +420,9 @@ def bracketed(spark, settings, request: Path, sql: str, start: date, end: date, 
     """bare, full, bare: the bare baseline brackets the full run."""
     load = [load_average()]
     say(f"  bare replaceWhere into {bare_table} (before)")
+    calls = metastore_calls(spark)
     before = run_bare(spark, sql, start, end, bare_table, predicate)
+    bare_calls = None if calls is None else metastore_calls(spark) - calls
     load.append(load_average())
     say(f"  bare: {before:.2f} s; full pipeline into {target}")
     full, detail = run_full(spark, settings, request)
@@ -423,6 +437,7 @@ def bracketed(spark, settings, request: Path, sql: str, start: date, end: date, 
         "bare_before_s": round(before, 3),
         "bare_after_s": round(after, 3),
         "bare_mean_s": round(bare, 3),
+        "bare_metastore_calls": bare_calls,
         "ratio_full_over_bare": round(full / bare, 3),
         "same_rows_full_and_bare": same_rows(spark, target, bare_table, predicate),
         "order": "bare, full, bare (baseline = mean of the two bare runs)",
@@ -744,7 +759,8 @@ def print_results(results: dict) -> None:
             continue
         stages = Table(title=f"{title}: where the time goes ({detail['full_s']:.2f} s, {detail['batches']} batches "
                              f"of {detail['batch_size']}, concurrency {detail.get('concurrency', 1)}, "
-                             f"{detail['spark_jobs']} Spark jobs)")
+                             f"{detail['spark_jobs']} Spark jobs, {detail.get('metastore_calls')} metastore calls; "
+                             f"bare: {detail.get('bare_metastore_calls')})")
         for col in ("stage (exclusive time)", "seconds", "calls", "per call", "Spark jobs", "share"):
             stages.add_column(col, justify="left" if col.startswith("stage") else "right")
         threads_started = False
