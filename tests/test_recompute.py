@@ -2,6 +2,7 @@ import json
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.errors import AnalysisException
 from rich.console import Console
 
 from backfill_lib.cli import main
@@ -127,6 +128,12 @@ def test_missing_target_table_is_an_intake_error(spark, settings, db, tmp_path, 
         prepare(spark, settings, request)
     assert main(["run", str(request)]) == 2
     assert capsys.readouterr().err.strip() == f"error: table {db}.events does not exist"
+
+
+def test_a_table_without_a_delta_log_has_no_version(spark, db):
+    spark.createDataFrame([(1,)], "id INT").write.format("parquet").saveAsTable(f"{db}.plain")
+    with pytest.raises(AnalysisException, match="not a Delta table"):
+        current_version(spark, f"{db}.plain")
 
 
 def test_plan_writes_nothing_and_status_reads_the_ledger(spark, settings, db, tmp_path, capsys):

@@ -27,7 +27,8 @@ class Recompute(StrategyImpl):
 
         A new column found by the schema guard is added in the same commit (``mergeSchema``). The rows are
         repartitioned by the partition column into at most ``defaultParallelism`` tasks, so each target
-        partition is written as one file by one task and the tasks write in parallel.
+        partition is written as one file by one task and the tasks write in parallel (the layout Delta's
+        optimized writes aim at; cap very large partitions' files with ``spark.sql.files.maxRecordsPerFile``).
         """
         pre = check_fence(spark, plan)
         predicate = plan.predicate()
