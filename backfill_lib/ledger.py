@@ -9,10 +9,11 @@ Events are written behind: ``record_*`` queues them and a writer thread appends 
 lingering up to :data:`LINGER_SECONDS` for more, unless a flush waits) with one ``INSERT`` per table (the tables
 at once), so a Delta commit (about a second locally) is paid per burst of events rather than per
 event, off the run's own path. :meth:`Ledger.flush` waits until everything queued is committed; every read
-flushes first, and the runner flushes where durability matters (the run's plan before anything is staged, the
-``publishing`` event before the commit, and the end of every run). A crash
-loses at most the events since the last flush, which is safe: a lost ``staged`` event means that batch is
-staged again (its write replaces), a lost check means the run validates again.
+flushes first, and the runner flushes where durability matters: the run's plan before anything is staged, and
+the end of every run. A crash loses at most the events since the last flush, which is safe: a lost ``staged``
+event means that batch is staged again (its write replaces), a lost check means the run validates again, and a
+lost ``publishing`` event is harmless because a resumed run looks for its own commit in the target's history
+before publishing (and Delta's idempotent-write guard refuses a second one).
 
 Tables, in ``settings.ledger_schema``:
 

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from backfill_lib.errors import FenceError, PublishError
 from backfill_lib.plan import BackfillPlan
-from backfill_lib.tables import PartitionStats, current_version, history_since, latest_snapshot, partition_stats
+from backfill_lib.tables import PartitionStats, current_version, latest_snapshot, partition_stats, user_metadata_since
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
@@ -136,15 +136,14 @@ def find_version(spark: SparkSession, table: str, run_id: str, action: str, afte
 def committed_version(spark: SparkSession, table: str, run_id: str, action: str, after: int) -> int | None:
     """Like :func:`find_version`, but ``None`` when the run made no such commit (how a resumed run learns
     whether its publish committed before the crash)."""
-    for row in history_since(spark, table, after + 1):
-        meta = row["userMetadata"]
+    for version, meta in user_metadata_since(spark, table, after + 1):
         if meta:
             try:
                 parsed = json.loads(meta)
             except json.JSONDecodeError:
                 continue
             if parsed.get("run_id") == run_id and parsed.get("action") == action:
-                return int(row["version"])
+                return version
     return None
 
 

@@ -40,23 +40,32 @@ def _differs(staged: object, source: object, tolerance: float) -> bool:
     return abs(Decimal(str(staged)) - Decimal(str(source))) > Decimal(str(tolerance))
 
 
-def reconcile_batch(
+def source_metric(
     spark: SparkSession, plan: BackfillPlan, batch: Batch, rule: ReconciliationRule, whole_table: bool = False
+) -> dict[str, object]:
+    """``rule.source.metric`` per partition of the source over ``batch``'s half-open range (the whole source
+    with ``whole_table``), keyed like the plan's partitions. Reads only the source, so it may run while staging."""
+    src = rule.source
+    predicate = None if whole_table else range_predicate(src.partition_column, batch.start, batch.end)
+    return _per_partition(spark.table(src.table), plan.partition_keys.of(src.partition_column), src.metric, predicate)
+
+
+def reconcile_batch(
+    spark: SparkSession, plan: BackfillPlan, batch: Batch, rule: ReconciliationRule, whole_table: bool = False,
+    source: dict[str, object] | None = None,
 ) -> list[Check]:
     """Compare ``rule.metric`` on staged rows with ``rule.source.metric`` on the source for each partition.
 
     A partition missing on one side has metric ``None`` there, which matches only a missing partition on the
     other side. Returns one check per planned partition of ``batch``; with ``whole_table`` (a rebuild), both
-    tables are read whole and every partition either side has is compared.
+    tables are read whole and every partition either side has is compared. ``source`` is the rule's
+    :func:`source_metric` when already read (else it is read here).
     """
-    src = rule.source
-    if whole_table:
-        staged_pred = source_pred = None
-    else:
-        staged_pred = plan.batch_predicate(batch)
-        source_pred = range_predicate(src.partition_column, batch.start, batch.end)
+    staged_pred = None if whole_table else plan.batch_predicate(batch)
     staged = _per_partition(staged_rows(spark, plan.staging_table), plan.partition_keys, rule.metric, staged_pred)
-    source = _per_partition(spark.table(src.table), plan.partition_keys.of(src.partition_column), src.metric, source_pred)
+    if source is None:
+        source = source_metric(spark, plan, batch, rule, whole_table)
+    src = rule.source
     keys = sorted(set(staged) | set(source)) if whole_table else batch.keys
     checks = []
     for key in keys:

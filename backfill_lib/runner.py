@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,7 +38,7 @@ from backfill_lib.partitions import range_predicate
 from backfill_lib.plan import BackfillPlan, Batch, build_plan, plan_from_summary
 from backfill_lib.progress import Reporter
 from backfill_lib.publish import committed_version, restore
-from backfill_lib.reconcile import reconcile_batch
+from backfill_lib.reconcile import reconcile_batch, source_metric
 from backfill_lib.release import check_protected, check_rollback_ready, later_commits, rollback_until
 from backfill_lib.retry import with_conflict_retry
 from backfill_lib.request import Strategy, load_request, mart_order
@@ -263,6 +263,9 @@ class Runner:
 
     def _execute(self, plan: BackfillPlan, record: dict, until: str | None) -> RunResult:
         reporter = Reporter(self.console, plan.run_id)
+        # A run still "planned" has staged nothing, so it cannot have committed; any other may have (the events
+        # after the plan are written behind), so publishing first looks for this run's commit.
+        resumed = record["status"] != "planned"
         approved = self.approved_by or record.get("approved_by") or plan.approved_by
         plan = replace(plan, approved_by=approved) if approved else plan
         try:
@@ -273,19 +276,21 @@ class Runner:
                     return RunResult(plan, "validated", self.ledger.partition_rows(plan.run_id),
                                      self.ledger.recorded_checks(plan.run_id))
                 return self._publish(plan, record, casts, self.ledger.partition_rows(plan.run_id),
-                                     list(self.ledger.recorded_checks(plan.run_id)), reporter)
+                                     list(self.ledger.recorded_checks(plan.run_id)), reporter, resumed=True)
             suite = load_suite(plan.request.expectations) if plan.request.expectations else None
             for i in range(len(plan.request.marts)):  # intake of every mart before anything is written
                 check_source_schema(self.spark, self._mart_plan(plan, i))
-            fresh = record["status"] == "planned"  # nothing staged yet: no need to read the ledger
             record = self.ledger.record_run(record, "staging")
-            stager = BatchStager(self.spark, self.settings, self.ledger, self.cancelled)
-            done = {} if fresh else self.ledger.staged_rows(plan.run_id)
-            rows = stager.stage(plan, casts, reporter, done)
-            record = self.ledger.record_run(record, "staged")
-            self._stop_if_cancelled(plan, "after staging")
-            record = self.ledger.record_run(record, "validating")
-            validated, diffs, fingerprints = self._validate(plan, suite, reporter)
+            rules = len(plan.request.reconciliation) + len(plan.request.metric_rules)
+            with ThreadPoolExecutor(max(1, rules), thread_name_prefix=f"{plan.run_id}-source") as early:
+                sources = self._read_sources(plan, early)  # the rules' source sides, read while staging runs
+                stager = BatchStager(self.spark, self.settings, self.ledger, self.cancelled)
+                done = self.ledger.staged_rows(plan.run_id) if resumed else {}  # a fresh run staged nothing yet
+                rows = stager.stage(plan, casts, reporter, done)
+                record = self.ledger.record_run(record, "staged")
+                self._stop_if_cancelled(plan, "after staging")
+                record = self.ledger.record_run(record, "validating")
+                validated, diffs, fingerprints = self._validate(plan, suite, reporter, sources)
             checks = self._gate_row_counts(plan, rows) + validated
             self.ledger.record_checks(plan.run_id, checks)
             crash_point("after_validate")
@@ -305,7 +310,7 @@ class Runner:
                 self.write_report(plan, RunOutcome(record, rows, tuple(checks), diff_rows(diffs)))
                 return RunResult(plan, "validated", rows, tuple(checks))
             self._stop_if_cancelled(plan, "after validation")
-            return self._publish(plan, record, casts, rows, checks, reporter, diffs, fingerprints)
+            return self._publish(plan, record, casts, rows, checks, reporter, diffs, fingerprints, resumed)
         except GateFailedError:
             self.write_report(plan)
             raise
@@ -341,8 +346,10 @@ class Runner:
         return self.resume(run_id)
 
     def _publish(self, plan: BackfillPlan, record: dict, casts, rows: dict[str, int], checks: list[Check],
-                 reporter: Reporter, diffs: list | None = None, fingerprints: dict | None = None) -> RunResult:
-        """Publish once: a run caught mid-publish finds its own commit by run ID instead of committing again.
+                 reporter: Reporter, diffs: list | None = None, fingerprints: dict | None = None,
+                 resumed: bool = True) -> RunResult:
+        """Publish once: a ``resumed`` run (one a crash may have caught after its commit, whatever the ledger
+        last heard) first looks for its own commit by run ID, and commits only if there is none.
         A top-level run then releases its marts and monitors every table it published, rolling all of them back
         on any failure. ``diffs`` are this process's validation diffs (``None`` on a resume: the report then
         reads the ledger); ``fingerprints`` the staged rows' checksums validation computed (``None``: the
@@ -350,15 +357,17 @@ class Runner:
         strategy = strategy_for(plan.strategy)
         try:
             version = None
-            if record["status"] == "publishing":
+            if resumed:
                 version = committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish", plan.target_version)
             if version is None:
                 check_protected(self.settings.protected_tables, _tables_of(plan), plan.approved_by)
-                # Recorded first, so it commits with the validation's events while readiness is checked.
                 record = self.ledger.record_run(record, "publishing", approved_by=plan.approved_by)
+                # Committed behind the publishing write, not before it: a resume finds this run's commit by run ID
+                # in the target's history whatever the ledger last recorded, and Delta's idempotent-write guard
+                # (txnAppId, txnVersion) refuses a second one.
+                self.ledger.write_now()
                 check_rollback_ready(self.spark, plan.target_table,
                                      {"the version this run was validated against": plan.target_version})
-                self.ledger.flush()  # write-ahead: a resume that finds "publishing" looks for this run's commit
                 crash_point("before_publish")
                 reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
                 _, version = with_conflict_retry(
@@ -537,11 +546,34 @@ class Runner:
         current = {p.key: p.current.rows for p in plan.partitions}
         return row_count_checks(current, rows, plan.request.gates)
 
-    def _validate(self, plan: BackfillPlan, suite, reporter: Reporter) -> tuple[list[Check], list, dict | None]:
+    def _read_sources(self, plan: BackfillPlan, pool: ThreadPoolExecutor) -> dict[str, list[Future]]:
+        """Start reading the source side of every reconciliation rule and metric rule over the whole range.
+
+        They read only the sources, never staging, so they run in ``pool`` while the batches stage (whose Spark
+        jobs leave the executors idle between them) instead of lengthening validation."""
+        whole = plan.strategy is Strategy.REBUILD
+        scope = Batch(0, plan.partitions)
+
+        def metric_source(rule):
+            source = self.spark.table(rule.source.table)
+            if not whole:
+                source = source.where(range_predicate(rule.source.partition_column, scope.start, scope.end))
+            return profile(source, plan.partition_keys.of(rule.source.partition_column), rule.metrics,
+                           where=rule.source.table)
+
+        return {
+            "reconciliation": [pool.submit(in_pool, self.spark, source_metric, self.spark, plan, scope, rule, whole)
+                               for rule in plan.request.reconciliation],
+            "metric_rules": [pool.submit(in_pool, self.spark, metric_source, rule) for rule in plan.request.metric_rules],
+        }
+
+    def _validate(self, plan: BackfillPlan, suite, reporter: Reporter,
+                  sources: dict[str, list[Future]]) -> tuple[list[Check], list, dict | None]:
         """Audit the staged rows of the whole range at once (write-audit-publish): one GX validation, one
-        aggregation per reconciliation or metric rule, one diff; every check still names its partition. Returns
-        the checks, the diffs, and (for strategies that replace partitions) the staged rows' per-partition
-        checksums, computed alongside for the post-publish check.
+        aggregation per reconciliation or metric rule (against its source side, read by :meth:`_read_sources`),
+        one diff; every check still names its partition. Returns the checks, the diffs, and (for strategies that
+        replace partitions) the staged rows' per-partition checksums, computed alongside for the post-publish
+        check.
 
         Once over the range rather than per batch, because each validation costs a fixed few seconds (GX's
         checkpoint, one Spark job per rule) that batches would multiply.
@@ -565,10 +597,11 @@ class Runner:
             audits = []
             if runner:
                 audits.append(submit(runner.validate, staged, _suite_parameters(plan, scope)))
-            for rule in plan.request.reconciliation:
-                audits.append(submit(reconcile_batch, self.spark, plan, scope, rule, whole))
-            for rule in plan.request.metric_rules:
-                audits.append(submit(self._metric_rule, plan, scope, rule, staged, whole))
+            for rule, source in zip(plan.request.reconciliation, sources["reconciliation"]):
+                audits.append(submit(lambda r, f: reconcile_batch(self.spark, plan, scope, r, whole, f.result()),
+                                     rule, source))
+            for rule, source in zip(plan.request.metric_rules, sources["metric_rules"]):
+                audits.append(submit(self._metric_rule, plan, scope, rule, staged, whole, source))
             diffed = submit(self._diff, plan, staged, current)
             summed = (submit(staged_fingerprints, self.spark, plan, None if whole else plan.predicate())
                       if strategy_for(plan.strategy).replaces_partitions else None)
@@ -584,13 +617,10 @@ class Runner:
         reporter.stage(f"validated: {passed} of {len(checks)} checks passed")
         return checks, list(diffs.values()), fingerprints
 
-    def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged, whole: bool) -> list[Check]:
-        source = self.spark.table(rule.source.table)
-        if not whole:
-            source = source.where(range_predicate(rule.source.partition_column, batch.start, batch.end))
-        src = profile(source, plan.partition_keys.of(rule.source.partition_column), rule.metrics,
-                      where=rule.source.table)
+    def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged, whole: bool, source: Future) -> list[Check]:
+        """``rule``'s metrics of the staged rows against its source side (``source``, from :meth:`_read_sources`)."""
         stg = profile(staged, plan.partition_keys, rule.metrics, where=plan.staging_table)
+        src = source.result()
         keys = sorted(set(src) | set(stg)) if whole else list(batch.keys)
         return compare_metrics(src, stg, rule.metrics, keys, rule.name, batch.index)
 

@@ -132,6 +132,25 @@ def test_protected_table_needs_an_approver_recorded_in_ledger_and_commit(spark, 
     assert meta["approved_by"] == "lead@example.com"
 
 
+def test_commit_metadata_read_from_the_log_equals_describe_history(spark, db, monkeypatch):
+    from backfill_lib import tables
+    from backfill_lib.publish import user_metadata
+
+    name = f"{db}.meta"
+    spark.sql(f"CREATE TABLE {name} (id INT) USING delta")
+    for i in range(3):
+        with user_metadata(spark, f'{{"n": {i}}}'):
+            spark.sql(f"INSERT INTO {name} VALUES ({i})")
+    history = [(int(r["version"]), r["userMetadata"]) for r in tables.history_since(spark, name, 1)]
+    assert history == [(3, '{"n": 2}'), (2, '{"n": 1}'), (1, '{"n": 0}')]
+    # read in the driver from the commits' log files (not through the fallback)
+    assert tables._commit_user_metadata(spark, tables.latest_snapshot(spark, name), 1, 3) == history
+    assert tables.user_metadata_since(spark, name, 1) == history
+    assert tables.user_metadata_since(spark, name, 4) == []
+    monkeypatch.setattr(tables, "DRIVER_READ_COMMITS", 2)  # more commits than the driver reads: DESCRIBE HISTORY
+    assert tables.user_metadata_since(spark, name, 1) == history
+
+
 def test_rollback_stays_possible_for_the_shorter_retention_after_the_commit(spark, db):
     from datetime import timedelta
 

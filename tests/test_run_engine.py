@@ -36,6 +36,26 @@ def test_same_request_and_run_id_twice_writes_once(spark, settings, db, tmp_path
     assert spark.table(f"{db}.events").where("dt = DATE'2024-03-09'").count() == 3  # not 6
 
 
+def test_a_resume_that_lost_the_publishing_event_finds_its_commit_instead_of_committing_again(spark, settings, db,
+                                                                                               tmp_path):
+    # The publishing event is written behind the commit, so a crash can leave the ledger at "validated" with the
+    # commit made: the resumed run must find that commit, neither refusing at the fence nor committing twice.
+    from backfill_lib.runner import check_source_schema
+    from backfill_lib.strategies import strategy_for
+
+    make_events(spark, db, SOURCE)
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D8, end=D10), run_id="lost_event_1")
+    assert runner(spark, settings).run(plan, state, until="validate").status == "validated"
+    strategy_for(plan.strategy).publish(spark, plan, check_source_schema(spark, plan))  # committed, not recorded
+    assert current_version(spark, f"{db}.events") == 1
+
+    resumed = runner(spark, settings).resume("lost_event_1")
+    assert (resumed.status, resumed.pre_publish_version, resumed.published_version) == ("published", 0, 1)
+    assert current_version(spark, f"{db}.events") == 1
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(EXPECTED, EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
 def test_run_id_of_another_request_is_refused(spark, settings, db, tmp_path):
     from backfill_lib.errors import RequestError
 

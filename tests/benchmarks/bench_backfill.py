@@ -198,6 +198,9 @@ class StageTimer:
         w(SuiteRunner, "validate", "validate: GX suite")
         w(gx_checkpoint.UpdateDataDocsAction, "run", "validate: GX data docs")
         w(runner, "reconcile_batch", "validate: reconciliation")
+        if hasattr(runner, "source_metric"):  # read while staging runs
+            w(runner, "source_metric", "staging: reconciliation source side")
+        w(runner.Runner, "_validate", "validate: all audits, wall time (their calls: audit threads)")
         w(runner.Runner, "_diff", "validate: diff by key")
         w(recompute.Recompute, "publish", "publish: replaceWhere commit")
         w(recompute, "check_fence", "publish: fence")
