@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from backfill_lib.errors import BackfillError, CancelledError
 from backfill_lib.faults import crash_point, maybe_conflict
-from backfill_lib.ledger import Ledger
+from backfill_lib.ledger import LINGER_SECONDS, Ledger
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.progress import Reporter
 from backfill_lib.retry import with_conflict_retry
@@ -153,6 +153,8 @@ class BatchStager:
              "ended_at": ended}
             for k, n in staged.items()
         ])
+        if (ended - started).total_seconds() >= LINGER_SECONDS:
+            self.ledger.write_now()  # committed now rather than at the next burst: staging it again would cost more
         reporter.advance(len(batch.keys), sum(staged.values()), f"staged {label}")
         return staged
 

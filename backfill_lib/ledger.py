@@ -6,9 +6,9 @@ conflict with each other in Delta, so parallel batches and resumed runs can reco
 event twice changes no state.
 
 Events are written behind: ``record_*`` queues them and a writer thread appends whatever is queued (after
-lingering up to :data:`LINGER_SECONDS` for more, unless a flush waits) with one ``INSERT`` per table (the tables
-at once), so a Delta commit (about a second locally) is paid per burst of events rather than per
-event, off the run's own path. :meth:`Ledger.flush` waits until everything queued is committed; every read
+lingering up to :data:`LINGER_SECONDS` for more, unless a flush or :meth:`Ledger.write_now` ends the wait) with one
+``INSERT`` per table (the tables at once), so a Delta commit is paid per burst of events rather than per event,
+off the run's own path. :meth:`Ledger.flush` waits until everything queued is committed; every read
 flushes first, and the runner flushes where durability matters: the run's plan before anything is staged, and
 the end of every run. A crash loses at most the events since the last flush, which is safe: a lost ``staged``
 event means that batch is staged again (its write replaces), a lost check means the run validates again, and a
@@ -123,8 +123,11 @@ DIFFS_SCHEMA = StructType(
     ]
 )
 
-#: How long the writer waits after the first queued event for more, unless a flush is waiting (seconds).
-LINGER_SECONDS = 0.5
+#: How long the writer waits after the first queued event for more, unless a flush or ``write_now`` ends the wait
+#: (seconds). Each burst costs a Delta commit per table (a Spark job and a commit, 0.2-0.3 s of a local core), so
+#: a short run's events share the commits of its flushes; a batch that took longer than this is committed at once
+#: by the stager (:meth:`Ledger.write_now`), so a crash never loses more than this much staging work.
+LINGER_SECONDS = 30.0
 
 _SCHEMAS = {"runs": RUNS_SCHEMA, "partitions": PARTITIONS_SCHEMA, "checks": CHECKS_SCHEMA, "diffs": DIFFS_SCHEMA}
 

@@ -361,11 +361,10 @@ class Runner:
                 version = committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish", plan.target_version)
             if version is None:
                 check_protected(self.settings.protected_tables, _tables_of(plan), plan.approved_by)
+                # Not flushed before the commit: a resume finds this run's commit by run ID in the target's history
+                # whatever the ledger last recorded, and Delta's idempotent-write guard (txnAppId, txnVersion)
+                # refuses a second one. The event commits with the run's last ones.
                 record = self.ledger.record_run(record, "publishing", approved_by=plan.approved_by)
-                # Committed behind the publishing write, not before it: a resume finds this run's commit by run ID
-                # in the target's history whatever the ledger last recorded, and Delta's idempotent-write guard
-                # (txnAppId, txnVersion) refuses a second one.
-                self.ledger.write_now()
                 check_rollback_ready(self.spark, plan.target_table,
                                      {"the version this run was validated against": plan.target_version})
                 crash_point("before_publish")

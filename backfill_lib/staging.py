@@ -17,6 +17,7 @@ from __future__ import annotations
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.storagelevel import StorageLevel
 
 from backfill_lib.errors import SchemaMismatchError, StrayRowsError
 from backfill_lib.partition_keys import PartitionKeys
@@ -92,8 +93,9 @@ def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataF
     """Write ``df`` into the staging table as batch ``batch.index``, replacing that batch's earlier rows; return
     rows per partition key.
 
-    Row counts come from one grouped count of the batch's staging partition (the files just written). A planned
-    partition the source left empty counts 0 rows.
+    ``df`` is persisted (memory, spilling to disk) for the write and one grouped count of the very rows written,
+    so the source runs once and the count needs no read of the staging table (whose new version a read would first
+    have to load: four more Spark jobs). A planned partition the source left empty counts 0 rows.
 
     Raises
     ------
@@ -103,24 +105,28 @@ def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataF
     """
     predicate = plan.batch_predicate(batch)
     in_batch = f"{BATCH_COLUMN} = {batch.index}"
+    df = df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        # writeTo(...).overwrite(condition) is Delta's replaceWhere, without saveAsTable's catalog rewrite.
-        (
-            df.withColumn(BATCH_COLUMN, F.lit(batch.index).cast("int"))
-            .writeTo(plan.staging_table)
-            .overwrite(F.expr(f"{in_batch} AND ({predicate})"))
-        )
-    except AnalysisException as exc:
-        if "DELTA_REPLACE_WHERE_MISMATCH" not in str(exc):
-            raise
-        stray = _stray_partitions(df, plan.partition_keys, predicate)
-        listed = ", ".join(f"{p} ({n} row{'' if n == 1 else 's'})" for p, n in stray[:5])
-        more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
-        raise StrayRowsError(
-            f"source {plan.request.source.sql} produced rows outside batch {batch.index} "
-            f"[{batch.keys[0]} .. {batch.keys[-1]}] of {plan.target_table}: partition {listed}{more}; nothing written"
-        ) from exc
-    keys = plan.partition_keys
-    counted = spark.table(plan.staging_table).where(in_batch).groupBy(keys.expr().alias("p")).count().collect()
+        try:
+            # writeTo(...).overwrite(condition) is Delta's replaceWhere, without saveAsTable's catalog rewrite.
+            (
+                df.withColumn(BATCH_COLUMN, F.lit(batch.index).cast("int"))
+                .writeTo(plan.staging_table)
+                .overwrite(F.expr(f"{in_batch} AND ({predicate})"))
+            )
+        except AnalysisException as exc:
+            if "DELTA_REPLACE_WHERE_MISMATCH" not in str(exc):
+                raise
+            stray = _stray_partitions(df, plan.partition_keys, predicate)
+            listed = ", ".join(f"{p} ({n} row{'' if n == 1 else 's'})" for p, n in stray[:5])
+            more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
+            raise StrayRowsError(
+                f"source {plan.request.source.sql} produced rows outside batch {batch.index} "
+                f"[{batch.keys[0]} .. {batch.keys[-1]}] of {plan.target_table}: partition {listed}{more}; nothing written"
+            ) from exc
+        keys = plan.partition_keys
+        counted = df.groupBy(keys.expr().alias("p")).count().collect()
+    finally:
+        df.unpersist()
     rows = keys.rekey({r["p"]: int(r["count"]) for r in counted})
     return {key: rows.get(key, 0) for key in batch.keys}

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 from pyspark.errors import AnalysisException
 
-from backfill_lib.ledger import LINGER_SECONDS, Check, Ledger
+from backfill_lib.ledger import Check, Ledger
 from backfill_lib.tables import current_version
 
 
@@ -50,7 +50,7 @@ def test_events_recorded_close_together_share_one_commit_per_table(spark, db):
     ledger.ensure()
     before = {t: current_version(spark, f"{db}.{t}") for t in ("runs", "checks")}
     record = ledger.record_run({"run_id": "r3"}, "validated")  # the writer wakes here and lingers
-    time.sleep(LINGER_SECONDS / 10)
+    time.sleep(0.05)
     ledger.record_checks("r3", [Check("gate", "rows", True, "2024-03-08")])
     ledger.record_run(record, "publishing")
     ledger.flush()  # ends the linger: everything queued goes now
