@@ -548,8 +548,9 @@ class Runner:
     def _read_sources(self, plan: BackfillPlan, pool: ThreadPoolExecutor) -> dict[str, list[Future]]:
         """Start reading the source side of every reconciliation rule and metric rule over the whole range.
 
-        They read only the sources, never staging, so they run in ``pool`` while the batches stage (whose Spark
-        jobs leave the executors idle between them) instead of lengthening validation."""
+        They read only the sources, never staging, so they run in ``pool`` while the batches stage instead of
+        lengthening validation (on the 2-core benchmark, validation took 2.8-3.4 s wall instead of about 4.2 s,
+        and staging a little longer, since both share the cores)."""
         whole = plan.strategy is Strategy.REBUILD
         scope = Batch(0, plan.partitions)
 
