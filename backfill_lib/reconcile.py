@@ -7,6 +7,7 @@ aggregates), so no rounding through floating point hides a difference.
 
 from __future__ import annotations
 
+from datetime import date
 from decimal import Decimal
 
 from pyspark.sql import DataFrame, SparkSession
@@ -18,6 +19,7 @@ from backfill_lib.partitions import range_predicate
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.request import ReconciliationRule
 from backfill_lib.staging import staged_rows
+from backfill_lib.tables import latest_snapshot, partition_stats
 
 
 def metric_per_partition(df: DataFrame, column: str | PartitionKeys, metric: str) -> dict[str, object]:
@@ -44,25 +46,59 @@ def source_metric(
     spark: SparkSession, plan: BackfillPlan, batch: Batch, rule: ReconciliationRule, whole_table: bool = False
 ) -> dict[str, object]:
     """``rule.source.metric`` per partition of the source over ``batch``'s half-open range (the whole source
-    with ``whole_table``), keyed like the plan's partitions. Reads only the source, so it may run while staging."""
+    with ``whole_table``), keyed like the plan's partitions. Reads only the source, so it may run while staging.
+
+    A ``count(*)`` of a Delta source partitioned by a ``DATE`` column comes from its Delta log (the live rows of
+    each partition's files, :func:`~backfill_lib.tables.partition_stats`) instead of a scan, unless a file lacks
+    statistics."""
     src = rule.source
+    if not whole_table and src.metric.replace(" ", "").lower() in ("count(*)", "count(1)"):
+        counted = logged_row_counts(spark, src.table, src.partition_column, batch.start, batch.end)
+        if counted is not None:
+            return counted
     predicate = None if whole_table else range_predicate(src.partition_column, batch.start, batch.end)
     return _per_partition(spark.table(src.table), plan.partition_keys.of(src.partition_column), src.metric, predicate)
 
 
+def logged_row_counts(spark: SparkSession, table: str, column: str, start, end) -> dict[str, int] | None:
+    """Rows per partition ``YYYY-MM-DD`` of Delta table ``table`` partitioned by ``DATE`` column ``column``, for
+    partitions in ``[start, end)`` that hold rows, from its Delta log (no data read); ``None`` when ``table`` is
+    not such a table, the bounds are not dates, or a file in range lacks ``numRecords`` statistics."""
+    if type(start) is not date or type(end) is not date:  # a datetime is a date too: hour grains are scanned
+        return None
+    try:
+        snapshot = latest_snapshot(spark, table)
+        field = next((f for f in snapshot.schema().fields() if f.name() == column), None)
+        if field is None or field.dataType().typeName() != "date":
+            return None
+        if column not in list(spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+                snapshot.metadata().partitionColumns())):
+            return None
+    except Exception:  # not a Delta table (a view, Parquet), or Delta's internal API changed shape: scan instead
+        return None
+    stats = partition_stats(spark, table, column, snapshot)
+    counted = {v: s.rows for v, s in stats.items() if v is not None and start <= date.fromisoformat(v) < end}
+    if any(n is None for n in counted.values()):
+        return None
+    return {v: n for v, n in counted.items() if n}
+
+
 def reconcile_batch(
     spark: SparkSession, plan: BackfillPlan, batch: Batch, rule: ReconciliationRule, whole_table: bool = False,
-    source: dict[str, object] | None = None,
+    source: dict[str, object] | None = None, staged_df: DataFrame | None = None,
 ) -> list[Check]:
     """Compare ``rule.metric`` on staged rows with ``rule.source.metric`` on the source for each partition.
 
     A partition missing on one side has metric ``None`` there, which matches only a missing partition on the
     other side. Returns one check per planned partition of ``batch``; with ``whole_table`` (a rebuild), both
     tables are read whole and every partition either side has is compared. ``source`` is the rule's
-    :func:`source_metric` when already read (else it is read here).
+    :func:`source_metric` when already read (else it is read here); ``staged_df`` the staged rows of ``batch``
+    when the caller already holds them (else they are read from the staging table).
     """
-    staged_pred = None if whole_table else plan.batch_predicate(batch)
-    staged = _per_partition(staged_rows(spark, plan.staging_table), plan.partition_keys, rule.metric, staged_pred)
+    if staged_df is None:
+        staged_df = staged_rows(spark, plan.staging_table)
+        staged_df = staged_df if whole_table else staged_df.where(plan.batch_predicate(batch))
+    staged = metric_per_partition(staged_df, plan.partition_keys, rule.metric)
     if source is None:
         source = source_metric(spark, plan, batch, rule, whole_table)
     src = rule.source

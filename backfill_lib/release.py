@@ -47,14 +47,22 @@ def retention(properties: dict[str, str]) -> timedelta:
 
 
 def rollback_until(spark: SparkSession, table: str, version: int) -> datetime:
-    """Until when (UTC) RESTORE to ``version - 1`` stays possible: the commit time of ``version`` plus the
-    table's :func:`retention`."""
-    committed = history_since(spark, table, version)[-1]
+    """Until when (UTC) RESTORE to ``version - 1`` stays possible: the commit time of ``version`` as
+    ``DESCRIBE HISTORY`` reports it, plus the table's :func:`retention`.
+
+    When ``version`` is the newest, its time is the latest snapshot's (Delta's ``Snapshot.timestamp``: the
+    commit's in-commit timestamp, else its log file's modification time, as history has it), read in the driver;
+    an older version's comes from ``DESCRIBE HISTORY`` (a Spark job, 0.3-0.5 s on a local session)."""
+    snapshot = latest_snapshot(spark, table)
+    if int(snapshot.version()) == version:
+        committed_us = int(snapshot.timestamp()) * 1000
+    else:
+        committed_us = history_since(spark, table, version)[-1]["timestamp_us"]
     # The properties from the snapshot's metadata, not DESCRIBE DETAIL, which would list every file for its size.
-    configuration = latest_snapshot(spark, table).metadata().configuration()
+    configuration = snapshot.metadata().configuration()
     properties = dict(spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters.asJava(configuration))
-    at = datetime.fromtimestamp(committed["timestamp_us"] / 1e6, tz=timezone.utc)
-    return at + retention(properties)
+    committed = datetime.fromtimestamp(committed_us // 10**6, tz=timezone.utc) + timedelta(microseconds=committed_us % 10**6)
+    return committed + retention(properties)
 
 
 def _missing_files(spark: SparkSession, table: str, version: int) -> list[str]:

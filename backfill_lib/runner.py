@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from rich.console import Console
 
@@ -49,7 +50,7 @@ from backfill_lib.settings import Settings
 from backfill_lib.sources import source_frame, source_input
 from backfill_lib.staging import check_reserved_column, staged_rows
 from backfill_lib.strategies import strategy_for
-from backfill_lib.strategies.base import staged_fingerprints
+from backfill_lib.strategies.base import partition_fingerprints
 from backfill_lib.tables import Column, TableState, read_table_state
 from backfill_lib.validation import SuiteRunner, load_suite
 
@@ -368,10 +369,11 @@ class Runner:
         A top-level run then releases its marts and monitors every table it published, rolling all of them back
         on any failure. ``diffs`` are this process's validation diffs (``None`` on a resume: the report then
         reads the ledger); ``fingerprints`` the staged rows' checksums validation computed (``None``: the
-        post-publish check reads staging itself)."""
+        post-publish check reads staging itself). A commit made in this process is checked from what its write
+        observed and the Delta log; one found by a resume is read back."""
         strategy = strategy_for(plan.strategy)
         try:
-            version = None
+            version, wrote = None, None
             if resumed:
                 version = committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish", plan.target_version)
             if version is None:
@@ -384,7 +386,7 @@ class Runner:
                                      {"the version this run was validated against": plan.target_version})
                 crash_point("before_publish")
                 reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
-                _, version = with_conflict_retry(
+                _, version, wrote = with_conflict_retry(
                     lambda: strategy.publish(self.spark, plan, casts),
                     what=f"publishing {len(plan.partitions)} partitions [{plan.partitions[0].key} .. "
                          f"{plan.partitions[-1].key}] of {plan.target_table}",
@@ -399,10 +401,10 @@ class Runner:
         except BackfillError as exc:
             self.ledger.record_run(record, "failed", message=str(exc))
             raise
-        # Two independent reads at once: the commit's retention horizon (history, properties) and the checksums.
+        # Two independent reads at once: the commit's retention horizon (history, properties) and the check.
         with ThreadPoolExecutor(1, thread_name_prefix=f"{plan.run_id}-retention") as pool:
             until = pool.submit(in_pool, self.spark, rollback_until, self.spark, plan.target_table, version)
-            post = strategy.verify(self.spark, plan, version, fingerprints)
+            post = strategy.verify(self.spark, plan, version, fingerprints, wrote)
             record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version,
                                             rollback_until=until.result())
         self.ledger.record_checks(plan.run_id, post)
@@ -472,7 +474,7 @@ class Runner:
         failure injected by ``BACKFILL_FAIL_MONITOR``).
 
         Where a replacing strategy (recompute, rebuild) published rows that the post-publish check proved equal
-        to the validated staged rows (row counts and checksums per partition), the suite already passed on those
+        to the validated staged rows (row counts per partition and checksums), the suite already passed on those
         very rows and is not run again; a patch's MERGE result was never validated whole, so its suite runs on
         the published range."""
         checks: list[Check] = []
@@ -589,10 +591,17 @@ class Runner:
         runner = SuiteRunner(suite, plan.partition_keys, results_dir) if suite else None
         scope, whole = _validation_scope(plan)
         staged = staged_rows(self.spark, plan.staging_table)
-        current = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
         if not whole:
             staged = staged.where(plan.predicate())
-            current = current.where(plan.predicate())
+        # Every audit reads the staged rows: one scan of the staging table's files, cached, serves them all.
+        staged = staged.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            return self._audit(plan, runner, scope, whole, staged, reporter, sources)
+        finally:
+            staged.unpersist()
+
+    def _audit(self, plan: BackfillPlan, runner: SuiteRunner | None, scope: Batch, whole: bool, staged,
+               reporter: Reporter, sources: dict[str, list[Future]]) -> tuple[list[Check], list, dict | None]:
         # Independent read-only audits all run at once (the FAIR pool shares the cluster between them): on small
         # ranges each is mostly fixed Spark latency, which overlaps; one waiting for a thread would only add its own.
         audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 2  # diff, checksums
@@ -604,12 +613,12 @@ class Runner:
             if runner:
                 audits.append(submit(runner.validate, staged, _suite_parameters(plan, scope)))
             for rule, source in zip(plan.request.reconciliation, sources["reconciliation"]):
-                audits.append(submit(lambda r, f: reconcile_batch(self.spark, plan, scope, r, whole, f.result()),
+                audits.append(submit(lambda r, f: reconcile_batch(self.spark, plan, scope, r, whole, f.result(), staged),
                                      rule, source))
             for rule, source in zip(plan.request.metric_rules, sources["metric_rules"]):
                 audits.append(submit(self._metric_rule, plan, scope, rule, staged, whole, source))
-            diffed = submit(self._diff, plan, staged, current)
-            summed = (submit(staged_fingerprints, self.spark, plan, None if whole else plan.predicate())
+            diffed = submit(self._diff, plan, staged, whole)
+            summed = (submit(partition_fingerprints, staged, plan.partition_keys)
                       if strategy_for(plan.strategy).replaces_partitions else None)
             checks: list[Check] = [c for a in audits for c in a.result()]
             diffs = diffed.result()
@@ -630,8 +639,12 @@ class Runner:
         keys = sorted(set(src) | set(stg)) if whole else list(batch.keys)
         return compare_metrics(src, stg, rule.metrics, keys, rule.name, batch.index)
 
-    def _diff(self, plan: BackfillPlan, staged, current) -> dict:
-        """Staged rows against the target's rows by key; a patch compares only the keys it stages."""
+    def _diff(self, plan: BackfillPlan, staged, whole: bool) -> dict:
+        """Staged rows against the target's rows as the plan read them (time travel to its version), by key, over
+        the range (the whole table when ``whole``); a patch compares only the keys it stages."""
+        current = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
+        if not whole:
+            current = current.where(plan.predicate())
         if plan.strategy is Strategy.PATCH and not plan.request.delete_missing:
             on = [current[k].eqNullSafe(staged[k]) for k in plan.request.keys]
             current = current.join(staged.select(*plan.request.keys), on, "left_semi")

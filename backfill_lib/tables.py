@@ -8,6 +8,7 @@ scanned. Nothing here writes.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -160,6 +161,36 @@ def _commit_user_metadata(spark: SparkSession, snapshot, start: int, end: int) -
     return found[::-1]
 
 
+def commit_actions(spark: SparkSession, snapshot, version: int) -> list[dict] | None:
+    """The actions of commit ``version`` of ``snapshot``'s table, each as the one-key dict its log line holds
+    (``{"add": {...}}``, ``{"remove": {...}}``, ``{"commitInfo": {...}}``, ...; Delta protocol, "Actions").
+
+    Read in the driver from the commit's own log file (Delta's ``DeltaLog.getChanges``, each action's ``json``):
+    about 0.1 ms per action, no Spark job. ``None`` when the commit's file is gone (log cleanup) or Delta's
+    internal API changed shape.
+    """
+    try:
+        jvm = spark.sparkContext._jvm
+        changes = snapshot.deltaLog().getChanges(version, version, jvm.scala.Option.empty(), False)
+        if not changes.hasNext():
+            return None
+        commit = changes.next()
+        if int(commit._1()) != version:
+            return None
+        actions = commit._2().iterator()
+        lines = []
+        while actions.hasNext():
+            lines.append(actions.next().json())
+    except Exception:
+        return None
+    return [json.loads(line) for line in lines]
+
+
+def file_set_fingerprint(paths) -> str:
+    """A hash of a partition's data file paths (as the Delta log writes them), whatever their order."""
+    return hashlib.sha256("\n".join(sorted(paths)).encode()).hexdigest()[:16]
+
+
 def add_files(spark: SparkSession, snapshot) -> DataFrame:
     """The ``add`` actions of ``snapshot`` (from :func:`latest_snapshot`): ``path``, ``partitionValues``, ``size``,
     ``stats``; from Delta's own log replay (checkpoints included), no data file read."""
@@ -192,14 +223,19 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
 
 def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None) -> dict[str, PartitionStats]:
     """Files, bytes, rows and a file-set fingerprint per value of ``partition_column`` of Delta table ``name``,
-    from the Delta log of ``snapshot`` (default: the latest, from :func:`latest_snapshot`)."""
+    from the Delta log of ``snapshot`` (default: the latest, from :func:`latest_snapshot`).
+
+    A file's rows are its ``numRecords`` less the rows its deletion vector marks deleted (the vector's
+    ``cardinality``; Delta protocol, "Deletion Vectors"), so they count the rows a query reads."""
     files = add_files(spark, snapshot if snapshot is not None else latest_snapshot(spark, name))
+    deleted = (F.coalesce(F.col("deletionVector.cardinality"), F.lit(0)) if "deletionVector" in files.columns
+               else F.lit(0))
     rows = (
         files.select(
             F.col("partitionValues").getItem(partition_column).alias("p"),
             "path",
             "size",
-            F.get_json_object("stats", "$.numRecords").cast("long").alias("n"),
+            (F.get_json_object("stats", "$.numRecords").cast("long") - deleted).alias("n"),
         )
         .groupBy("p")
         .agg(
@@ -207,7 +243,7 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str, snaps
             F.sum("size").alias("bytes"),
             # null when any file lacks stats: then the row count is unknown, not smaller.
             F.when(F.count("n") == F.count("*"), F.sum("n")).alias("rows"),
-            F.sort_array(F.collect_list("path")).alias("paths"),
+            F.collect_list("path").alias("paths"),
         )
         .collect()
     )
@@ -216,7 +252,7 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str, snaps
             int(r["files"]),
             int(r["bytes"]),
             None if r["rows"] is None else int(r["rows"]),
-            hashlib.sha256("\n".join(r["paths"]).encode()).hexdigest()[:16],
+            file_set_fingerprint(r["paths"]),
         )
         for r in rows
     }

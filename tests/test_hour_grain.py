@@ -73,7 +73,10 @@ def test_hourly_recompute_across_spring_forward_publishes_with_every_check_keyed
     by_kind = {}
     for c in result.checks:
         by_kind.setdefault(c.kind, set()).add(c.partition)
-    assert len(by_kind["reconciliation"]) == 23 and len(by_kind["post_publish"]) == 23
+    assert len(by_kind["reconciliation"]) == 23 and by_kind["post_publish"] == {p.key for p in plan.partitions} | {None}
+    # checked from the commit's log entry: its hour values (UTC in Delta) keyed as the plan keys them
+    assert {c.name for c in result.checks if c.kind == "post_publish"} == {
+        "written_rows_and_checksum_equal_staging", "rows_equal_staging_and_files_replaced"}
     recon = {(c.name, c.partition): (c.observed, c.expected) for c in result.checks if c.kind == "reconciliation"}
     assert recon[("rows", "2024-03-10T03:00:00-07:00")] == ("2", "2")
     assert recon[("v_times_ten", "2024-03-10T23:00:00-07:00")] == ("40", "40")

@@ -149,3 +149,23 @@ def test_plan_writes_nothing_and_status_reads_the_ledger(spark, settings, db, tm
     assert f"run {result.plan.run_id}: published" in out
     assert "2024-03-10" in out and "published" in out
     assert main(["status", "bf_missing"]) == 2
+
+
+def test_source_row_counts_come_from_the_delta_log_and_subtract_deletion_vectors(spark, db):
+    from backfill_lib.reconcile import logged_row_counts, metric_per_partition
+    from backfill_lib.tables import add_files, latest_snapshot
+
+    spark.sql(f"CREATE TABLE {db}.src (id INT, dt DATE, v INT) USING delta PARTITIONED BY (dt) "
+              "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.createDataFrame([(1, D8, 1), (2, D9, 2), (3, D9, 3), (4, D9, 4), (5, D10, 5)], EVENTS_SCHEMA).coalesce(
+        1).writeTo(f"{db}.src").append()
+    spark.sql(f"DELETE FROM {db}.src WHERE id = 3")  # marks the row in a deletion vector; the file stays
+    files = add_files(spark, latest_snapshot(spark, f"{db}.src"))
+    assert files.where("deletionVector IS NOT NULL").count() == 1
+
+    logged = logged_row_counts(spark, f"{db}.src", "dt", D8, D10)
+    assert logged == {"2024-03-08": 1, "2024-03-09": 2}
+    scanned = metric_per_partition(spark.table(f"{db}.src").where("dt >= DATE'2024-03-08' AND dt < DATE'2024-03-10'"),
+                                   "dt", "count(*)")
+    assert scanned == logged
+    assert logged_row_counts(spark, f"{db}.src", "id", D8, D10) is None  # not a DATE partition column: scanned

@@ -165,3 +165,5 @@ def test_rollback_stays_possible_for_the_shorter_retention_after_the_commit(spar
     committed = {r["version"]: r["timestamp"] for r in DeltaTable.forName(spark, f"{db}.kept").history().collect()}
     until = rollback_until(spark, f"{db}.kept", 1)
     assert until - timedelta(days=2) == committed[1].astimezone(until.tzinfo)
+    newest = rollback_until(spark, f"{db}.kept", 2)  # the newest commit's time, from the snapshot: history's
+    assert newest - timedelta(days=2) == committed[2].astimezone(newest.tzinfo)

@@ -1,6 +1,7 @@
 """Strategies on small real Delta tables: patch, rebuild, row-count gates, schema guard, cost from the log."""
 
 import threading
+from dataclasses import replace
 from datetime import date
 
 import pytest
@@ -10,7 +11,9 @@ from rich.console import Console
 
 from backfill_lib.errors import DuplicateKeyError, GateFailedError, SchemaMismatchError
 from backfill_lib.runner import Runner, prepare
+from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.base import staged_fingerprints, verify_partitions
+from backfill_lib.strategies.commit_check import Written, verify_commit
 from backfill_lib.tables import current_version
 from tests.conftest import write_request
 
@@ -110,19 +113,35 @@ def test_recompute_one_partition_among_three(spark, settings, db, tmp_path):
     assert counts == {D8: 2, D9: 3, D10: 5}
 
 
-def test_the_post_publish_check_compares_with_checksums_taken_at_validation(spark, settings, db, tmp_path):
-    # Validation computes the staged checksums once; the post-publish check then reads only the published side.
+def test_the_post_publish_check_reads_the_commit_from_the_log_and_falls_back_to_reading_the_data(spark, settings, db, tmp_path):
+    # The run's own commit is checked from its write's observation and its log entry: the rows it added and the
+    # files it removed per partition. Anything the log cannot prove sends the check to the data, read back.
     table(spark, f"{db}.t", ID_DT_AMT, [(1, D8, 0), (2, D9, 0)])
     sql = "SELECT CAST(id AS INT) AS id, DATE'2024-03-09' AS dt, 7 AS amt FROM range(3)"
     result = run(spark, settings, request(tmp_path, f"{db}.t", sql))
-    post = [c for c in result.checks if c.kind == "post_publish"]
-    assert [(c.partition, c.success, c.observed.split(",")[0]) for c in post] == [("2024-03-09", True, "3 rows")]
-    plan = result.plan
+    plan, version = result.plan, result.published_version
     staged = staged_fingerprints(spark, plan, plan.predicate())
-    assert verify_partitions(spark, plan, result.published_version, plan.predicate(), staged) == post
     rows, checksum = staged["2024-03-09"]
-    tampered = verify_partitions(spark, plan, result.published_version, plan.predicate(),
-                                 {"2024-03-09": (rows + 1, checksum)})
+    post = [c for c in result.checks if c.kind == "post_publish"]
+    assert [(c.name, c.partition, c.success, c.observed) for c in post] == [
+        ("written_rows_and_checksum_equal_staging", None, True, f"3 rows, checksum {checksum} (observed in the write)"),
+        ("rows_equal_staging_and_files_replaced", "2024-03-09", True, "3 rows added, 1 files removed (Delta log, version 1)"),
+    ]
+    assert verify_commit(spark, plan, version, staged, Written(rows, checksum)) == post
+
+    read_back = verify_partitions(spark, plan, version, plan.predicate(), staged)
+    assert [(c.name, c.partition, c.success) for c in read_back] == [("rows_and_checksum_equal_staging", "2024-03-09", True)]
+    other_rows = Written(rows, checksum + 1)  # the write saw other rows than validation did
+    assert verify_commit(spark, plan, version, staged, other_rows) is None
+    assert strategy_for(plan.strategy).verify(spark, plan, version, staged, other_rows) == read_back
+    other_files = replace(plan, batches=tuple(  # the plan read a file the commit did not remove
+        replace(b, partitions=tuple(replace(p, current=replace(p.current, fingerprint="0" * 16)) for p in b.partitions))
+        for b in plan.batches))
+    assert verify_commit(spark, other_files, version, staged, Written(rows, checksum)) is None
+
+    more = {"2024-03-09": (rows + 1, checksum)}  # staging holds a row the commit did not add
+    assert verify_commit(spark, plan, version, more, Written(rows + 1, checksum)) is None
+    tampered = strategy_for(plan.strategy).verify(spark, plan, version, more, Written(rows + 1, checksum))
     assert [(c.partition, c.success, c.message.split(" (")[0]) for c in tampered] == [
         ("2024-03-09", False, "published 3 rows")]
 

@@ -13,6 +13,7 @@ from backfill_lib.partition_keys import PartitionKeys
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.staging import stage_batch, staged_rows
+from backfill_lib.strategies.commit_check import Published, Written, verify_commit
 
 
 class StrategyImpl:
@@ -35,14 +36,22 @@ class StrategyImpl:
         """Write ``df`` into staging for ``batch``; return staged rows per partition key."""
         return stage_batch(spark, plan, batch, df)
 
-    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> tuple[int, int]:
-        """One commit on the target; return ``(pre_publish_version, published_version)``."""
+    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
+        """One commit on the target; return its :class:`Published` (versions before and after, what it wrote)."""
         raise NotImplementedError
 
     def verify(self, spark: SparkSession, plan: BackfillPlan, version: int,
-               staged: dict[str, tuple[int, object]] | None = None) -> list[Check]:
+               staged: dict[str, tuple[int, object]] | None = None, wrote: Written | None = None) -> list[Check]:
         """Post-publish checks of ``version`` against staging; ``staged`` are the staged rows'
-        :func:`partition_fingerprints` when the run already computed them (else they are computed here)."""
+        :func:`partition_fingerprints` when the run already computed them (else they are computed here).
+
+        With both ``staged`` and ``wrote`` (what this process's publish observed), the checks come from the
+        Delta log (:func:`verify_commit`, no data read); otherwise, or when those cannot all pass, the range of
+        ``version`` is read back and compared partition by partition (:func:`verify_partitions`)."""
+        if staged is not None and wrote is not None:
+            checks = verify_commit(spark, plan, version, staged, wrote)
+            if checks is not None:
+                return checks
         return verify_partitions(spark, plan, version, plan.predicate(), staged)
 
 

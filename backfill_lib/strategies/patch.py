@@ -13,6 +13,7 @@ from backfill_lib.publish import check_fence, find_version, idempotent_commit
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.staging import staged_rows
 from backfill_lib.strategies.base import StrategyImpl
+from backfill_lib.strategies.commit_check import Published
 
 #: How many duplicated keys an error message lists.
 LISTED_KEYS = 5
@@ -58,7 +59,7 @@ class Patch(StrategyImpl):
         keys = " AND ".join(f"t.{quote_ident(k)} <=> s.{quote_ident(k)}" for k in plan.request.keys)
         return f"{keys} AND {range_predicate(plan.partition_column, plan.range_start, plan.range_end, 't')}"
 
-    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> tuple[int, int]:
+    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """One MERGE: update matched rows whose values differ, insert new keys, optionally delete missing ones."""
         from delta.tables import DeltaTable
 
@@ -79,9 +80,9 @@ class Patch(StrategyImpl):
             merge = merge.whenNotMatchedBySourceDelete(condition=in_range)
         with idempotent_commit(spark, plan):
             merge.execute()
-        return pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)
+        return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre))
 
-    def verify(self, spark: SparkSession, plan: BackfillPlan, version: int, staged=None) -> list[Check]:
+    def verify(self, spark: SparkSession, plan: BackfillPlan, version: int, staged=None, wrote=None) -> list[Check]:
         """Every staged row is present in the published version as staged (and, with ``delete_missing``, no
         published row in range lacks a staged key). Compares rows, so ``staged`` fingerprints are not used."""
         predicate = plan.predicate()

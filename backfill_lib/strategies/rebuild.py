@@ -10,6 +10,7 @@ from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.publish import check_fence, find_version, idempotent_commit
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
+from backfill_lib.strategies.commit_check import Published
 from backfill_lib.tables import partition_stats
 
 
@@ -33,7 +34,7 @@ class Rebuild(StrategyImpl):
         df.writeTo(plan.staging_table).using("delta").partitionedBy(plan.partition_column).createOrReplace()
         return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_column).items() if k}
 
-    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> tuple[int, int]:
+    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """``CREATE OR REPLACE TABLE target ... AS SELECT * FROM staging`` keeping the table's properties."""
         pre = check_fence(spark, plan)
         properties = spark.sql(f"DESCRIBE DETAIL {plan.target_table}").first()["properties"] or {}
@@ -46,8 +47,8 @@ class Rebuild(StrategyImpl):
                 f"PARTITIONED BY ({quote_ident(plan.partition_column)}){tblprops} "
                 f"AS SELECT * FROM {plan.staging_table}"
             )
-        return pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)
+        return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre))
 
-    def verify(self, spark: SparkSession, plan: BackfillPlan, version: int, staged=None) -> list[Check]:
+    def verify(self, spark: SparkSession, plan: BackfillPlan, version: int, staged=None, wrote=None) -> list[Check]:
         """Every partition of the rebuilt table against staging (the whole table, not a range)."""
         return verify_partitions(spark, plan, version, None, staged)

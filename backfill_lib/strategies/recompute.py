@@ -10,6 +10,7 @@ from backfill_lib.publish import check_fence, find_version, publish_options
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.staging import staged_rows
 from backfill_lib.strategies.base import StrategyImpl
+from backfill_lib.strategies.commit_check import Published, observed, written
 
 
 class Recompute(StrategyImpl):
@@ -22,8 +23,9 @@ class Recompute(StrategyImpl):
             "written, and a source row outside them fails the run"
         )
 
-    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> tuple[int, int]:
-        """Replace exactly the planned partitions with the staged rows (``replaceWhere``), one commit.
+    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
+        """Replace exactly the planned partitions with the staged rows (``replaceWhere``), one commit; the rows'
+        count and checksum are observed as they are written, for :func:`verify_commit`.
 
         A new column found by the schema guard is added in the same commit (``mergeSchema``). The rows are
         repartitioned by the partition column into at most ``defaultParallelism`` tasks, so each target
@@ -35,17 +37,17 @@ class Recompute(StrategyImpl):
         # Staging files hold whole batches: read as they are, one small batch is one task writing every
         # partition's file in turn (one core busy), and a large one writes a file per task and partition.
         tasks = max(1, min(len(plan.partitions), spark.sparkContext.defaultParallelism))
-        writer = (
+        rows, observation = observed(
             staged_rows(spark, plan.staging_table)
             .where(predicate)
             .select(*[c.name for c in casts])
             .repartition(tasks, plan.partition_column)
-            .writeTo(plan.target_table)
-            .options(**publish_options(plan))
         )
+        writer = rows.writeTo(plan.target_table).options(**publish_options(plan))
         if any(c.new for c in casts):
             writer = writer.option("mergeSchema", "true")
         # The v2 writer's overwrite(condition) is Delta's replaceWhere; unlike saveAsTable it does not rewrite the
         # table's catalog entry (two ALTER TABLE and about 25 metastore calls per commit).
         writer.overwrite(F.expr(predicate))
-        return pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)
+        version = find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)
+        return Published(pre, version, written(spark, observation))

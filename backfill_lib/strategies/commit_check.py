@@ -1,0 +1,132 @@
+"""The post-publish check of a replaceWhere commit from what its write observed and what its own entry in the
+Delta log says, without reading the published data back or replaying the log.
+
+Three facts show that the published range holds exactly the staged rows:
+
+- the rows that went into the write, observed on their way in (Spark's ``Observation``: their count and the
+  sum of ``xxhash64`` over every column, as :func:`~backfill_lib.strategies.base.partition_fingerprints`
+  computes them), equal the staged rows' totals;
+- per planned partition, the files the commit added hold the staged number of rows (their ``numRecords``
+  statistics);
+- per planned partition, the files the commit removed are exactly the files the plan read there (the plan's
+  file-set fingerprint). Nothing else can be left in range: the fence refused to publish if another commit had
+  changed the range since the plan, and Delta refuses a replaceWhere commit when another commit added files in
+  its range after it read them (``ConcurrentAppendException``).
+
+When the log cannot say (a file without statistics or with a deletion vector, a commit file already cleaned
+up, a write whose observation did not arrive) or a count, checksum or file set differs, the caller reads the
+version back instead (:func:`~backfill_lib.strategies.base.verify_partitions`), which also names the
+partitions at fault.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import NamedTuple
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from backfill_lib.ledger import Check
+from backfill_lib.plan import BackfillPlan, stats_by_key
+from backfill_lib.tables import PartitionStats, commit_actions, file_set_fingerprint, latest_snapshot
+
+
+class Written(NamedTuple):
+    """The rows a publishing commit wrote, as observed during the write: their count and their checksum (the
+    sum of ``xxhash64`` over all columns in name order, ``decimal(38,0)``; ``None`` for no rows)."""
+
+    rows: int
+    checksum: Decimal | None
+
+
+class Published(NamedTuple):
+    """A strategy's publishing commit: the target's version before it, the version it made, and what it wrote
+    (``None`` when the strategy does not observe its write)."""
+
+    pre_publish_version: int
+    version: int
+    written: Written | None = None
+
+
+def observed(df: DataFrame) -> tuple[DataFrame, Observation]:
+    """``df`` with an observation of its row count and checksum, taken as the rows flow into the write (no
+    extra Spark job); read it with :func:`written` after the write."""
+    observation = Observation("backfill_written")
+    columns = [F.col(c) for c in sorted(df.columns)]
+    return df.observe(observation, F.count(F.lit(1)).alias("rows"),
+                      F.sum(F.xxhash64(*columns).cast("decimal(38,0)")).alias("checksum")), observation
+
+
+def written(spark: SparkSession, observation: Observation) -> Written | None:
+    """What ``observation`` saw, or ``None`` when its metrics did not arrive within 100 ms of the write.
+
+    Spark completes an observation when the query that carried it ends, before the write returns; the bounded
+    wait (the JVM's ``getRowOrEmpty``) keeps a write path that dropped the observation from blocking the run,
+    which then reads the version back.
+    """
+    try:
+        row = observation._jo.getRowOrEmpty()
+        if row.isEmpty():
+            return None
+        jrow = row.get()
+        rows, checksum = jrow.get(0), jrow.get(1)
+        return Written(int(rows), None if checksum is None else Decimal(checksum.toPlainString()))
+    except Exception:  # an internal API that changed shape: the public, unbounded one
+        metrics = observation.get
+        return Written(int(metrics["rows"]), metrics["checksum"])
+
+
+def verify_commit(spark: SparkSession, plan: BackfillPlan, version: int, staged: dict[str, tuple[int, object]],
+                  wrote: Written) -> list[Check] | None:
+    """The post-publish checks of ``version`` (the run's replaceWhere commit) from ``wrote`` and the commit's
+    actions in the Delta log, against ``staged`` (:func:`~backfill_lib.strategies.base.partition_fingerprints`
+    of the staged range) and the plan's file sets: one check of the written rows' count and checksum, and one per
+    planned partition of its rows and replaced files.
+
+    Returns ``None`` when they cannot all pass (see the module docstring); the caller then reads the version back.
+    """
+    keys = [p.key for p in plan.partitions]
+    staged_rows = sum(staged.get(k, (0, None))[0] for k in keys)
+    sums = [staged[k][1] for k in keys if k in staged and staged[k][1] is not None]
+    staged_checksum = sum(sums, Decimal(0)) if sums else None
+    if (wrote.rows, wrote.checksum) != (staged_rows, staged_checksum):
+        return None
+    actions = commit_actions(spark, latest_snapshot(spark, plan.target_table), version)
+    if actions is None:
+        return None
+    column = plan.partition_column
+    rows: dict[str, int] = {}
+    removed: dict[str, list[str]] = {}
+    for action in actions:
+        if "add" in action:
+            add = action["add"]
+            count = json.loads(add.get("stats") or "{}").get("numRecords")
+            if count is None or add.get("deletionVector"):
+                return None
+            value = add["partitionValues"].get(column)
+            rows[value] = rows.get(value, 0) + int(count)
+        elif "remove" in action:
+            remove = action["remove"]
+            removed.setdefault(remove["partitionValues"].get(column), []).append(remove["path"])
+    request = plan.request
+    rows_by_key = stats_by_key({v: PartitionStats(rows=n) for v, n in rows.items()}, request.target.grain,
+                               request.time_zone)
+    removed_by_key = stats_by_key({v: PartitionStats(fingerprint=file_set_fingerprint(paths))
+                                   for v, paths in removed.items()}, request.target.grain, request.time_zone)
+    if set(rows_by_key) - set(keys) or set(removed_by_key) - set(keys):
+        return None
+    checks = [Check("post_publish", "written_rows_and_checksum_equal_staging", True, None, None,
+                    f"{wrote.rows} rows, checksum {wrote.checksum} (observed in the write)",
+                    f"{staged_rows} rows, checksum {staged_checksum} (staged)")]
+    for p in plan.partitions:
+        added = rows_by_key[p.key].rows if p.key in rows_by_key else 0
+        expected = staged.get(p.key, (0, None))[0]
+        replaced = removed_by_key[p.key].fingerprint if p.key in removed_by_key else ""
+        if added != expected or replaced != p.current.fingerprint:
+            return None
+        checks.append(Check("post_publish", "rows_equal_staging_and_files_replaced", True, p.key, None,
+                            f"{added} rows added, {p.current.files} files removed (Delta log, version {version})",
+                            f"{expected} rows staged, the {p.current.files} files the plan read"))
+    return checks
