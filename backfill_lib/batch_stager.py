@@ -26,9 +26,8 @@ from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.settings import Settings
 from backfill_lib.sources import source_frame
 from backfill_lib.request import Strategy
-from backfill_lib.staging import aligned, ensure_staging_table
+from backfill_lib.staging import StagingTable, aligned, open_staging_table
 from backfill_lib.strategies import strategy_for
-from backfill_lib.tables import Column
 
 
 
@@ -72,18 +71,20 @@ class BatchStager:
         if skipped:
             reporter.stage(f"resuming: {skipped} partitions already staged, {len(todo)} batches to go")
         concurrency = max(1, min(plan.request.concurrency or self.settings.concurrency, len(todo) or 1))
-        self.ledger.write_now()  # the run's events commit while the staging table is created
-        if plan.strategy is not Strategy.REBUILD:
-            ensure_staging_table(self.spark, plan, tuple(Column(c.name, c.type) for c in casts))
-        self.ledger.flush()  # the run and its plan are in the ledger before any row is staged: resume can find it
+        # The run and its plan must be in the ledger before any row is staged (so resume can find the run): they
+        # commit now, while the first batches read their sources, and each batch waits for them before writing.
+        self.ledger.write_now()
+        durable_at = self.ledger.recorded()
+        staging = None if plan.strategy is Strategy.REBUILD else open_staging_table(self.spark, plan)
         reporter.start_partitions(len(plan.partitions), "staging", done=skipped, rows=sum(rows.values()))
         try:
-            rows.update(self._run_all(plan, casts, reporter, todo, concurrency))
+            rows.update(self._run_all(plan, casts, reporter, todo, concurrency, staging, durable_at))
         finally:
             reporter.stop_partitions()
         return rows
 
-    def _run_all(self, plan, casts, reporter, todo: list[Batch], concurrency: int) -> dict[str, int]:
+    def _run_all(self, plan, casts, reporter, todo: list[Batch], concurrency: int, staging: StagingTable | None,
+                 durable_at: int) -> dict[str, int]:
         staged: dict[str, int] = {}
         finished_batches = 0
         error: BaseException | None = None
@@ -95,7 +96,7 @@ class BatchStager:
                     batch = next(pending, None)
                     if batch is None:
                         break
-                    running.add(pool.submit(self._stage_batch, plan, batch, casts, reporter))
+                    running.add(pool.submit(self._stage_batch, plan, batch, casts, reporter, staging, durable_at))
                 if not running:
                     break
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
@@ -114,12 +115,12 @@ class BatchStager:
             )
         return staged
 
-    def _stage_batch(self, plan: BackfillPlan, batch: Batch, casts, reporter: Reporter) -> dict[str, int]:
+    def _stage_batch(self, plan: BackfillPlan, batch: Batch, casts, reporter: Reporter, staging: StagingTable | None,
+                     durable_at: int) -> dict[str, int]:
         with contextlib.suppress(Exception):  # no SparkContext on Spark Connect: run in the default pool
             sc = self.spark.sparkContext
             sc.setLocalProperty("spark.scheduler.pool", POOL)
             sc.setJobGroup(f"{plan.run_id}-batch-{batch.index}", f"{plan.run_id} {batch_label(plan, batch)}")
-        crash_point("before_stage", batch.index)
         strategy = strategy_for(plan.strategy)
         started = _utc()
         self._record(plan, batch, "staging", attempt=1, started_at=started)
@@ -127,9 +128,13 @@ class BatchStager:
         df = aligned(source_frame(self.spark, plan.request, *bounds), casts)
         label = batch_label(plan, batch)
 
+        def before_write() -> None:
+            self.ledger.wait_committed(durable_at)
+            crash_point("before_stage", batch.index)
+
         def write() -> dict[str, int]:
             maybe_conflict(batch.keys)
-            return strategy.stage(self.spark, plan, batch, df)
+            return strategy.stage(self.spark, plan, batch, df, staging, before_write)
 
         def on_retry(attempt: int, exc: BaseException, delay: float) -> None:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

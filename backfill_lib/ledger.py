@@ -52,7 +52,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from backfill_lib.errors import RunNotFoundError
+from backfill_lib.errors import BackfillError, RunNotFoundError
 
 RUNS_SCHEMA = StructType(
     [
@@ -185,6 +185,8 @@ class Ledger:
         self._writing = 0  # rows taken by the writer and not yet committed
         self._error: BaseException | None = None
         self._seq = 0
+        self._committed = 0  # the highest seq committed
+        self._lost_from: int | None = None  # the lowest seq of events whose commit failed
         self._cond = threading.Condition()
         self._writer: threading.Thread | None = None
         self._flushing = 0  # threads waiting in flush(): the writer stops lingering
@@ -249,9 +251,13 @@ class Ledger:
                 with ThreadPoolExecutor(len(by_table), thread_name_prefix=f"ledger-{self.schema}") as pool:
                     for done in [pool.submit(self._insert, name, rows) for name, rows in by_table.items()]:
                         done.result()
+                with self._cond:
+                    self._committed = max(self._committed, max(row["seq"] for _, row in batch))
             except BaseException as exc:  # raised to the run by the next flush
                 with self._cond:
                     self._error = self._error or exc
+                    first = min(row["seq"] for _, row in batch)
+                    self._lost_from = first if self._lost_from is None else min(self._lost_from, first)
             finally:
                 with self._cond:
                     self._writing = 0
@@ -278,6 +284,30 @@ class Ledger:
         with self._cond:
             self._hurry = bool(self._queue)
             self._cond.notify_all()
+
+    def recorded(self) -> int:
+        """The sequence number of the last event recorded so far (0 when none was), for :meth:`wait_committed`."""
+        with self._cond:
+            return self._seq
+
+    def wait_committed(self, seq: int) -> None:
+        """Wait until every event up to ``seq`` (from :meth:`recorded`) is committed; events recorded later keep
+        lingering unless the writer takes them along. Safe from several threads at once.
+
+        Raises
+        ------
+        Exception
+            The error of the failed ledger write that lost one of those events (it stays for :meth:`flush`).
+        """
+        with self._cond:
+            lost = lambda: self._lost_from is not None and self._lost_from <= seq  # noqa: E731
+            while self._committed < seq and not lost():
+                if not self._hurry and any(row["seq"] <= seq for _, row in self._queue):
+                    self._hurry = True  # still queued: stop lingering
+                    self._cond.notify_all()
+                self._cond.wait()
+            if lost():
+                raise self._error or BackfillError(f"ledger {self.schema}: events up to {seq} were not committed")
 
     def flush(self) -> None:
         """Wait until every event recorded so far is committed.

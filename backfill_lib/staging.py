@@ -10,17 +10,23 @@ for a year of days), and every audit of the staged rows (GX, reconciliation, dif
 files. Concurrent batches still never conflict, because each one's ``replaceWhere`` reads only its own batch
 partition (Delta checks conflicts by partition values). Publishing writes the target's partitioning once.
 Read staged rows with :func:`staged_rows`, which drops the batch column.
+
+A run's first batch write creates the table, in the same commit as its rows (:class:`StagingTable`): creating it
+empty first would cost a commit, and the first replaceWhere on the new table a load of its snapshot. A source row
+outside the batch's partitions is found by the count that precedes every write, so it fails the batch before
+anything is written, whichever write it would have been.
 """
 
 from __future__ import annotations
 
-from pyspark.errors import AnalysisException
+import threading
+from collections.abc import Callable
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
 from backfill_lib.errors import SchemaMismatchError, StrayRowsError
-from backfill_lib.partition_keys import PartitionKeys
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.tables import Column
@@ -29,9 +35,36 @@ from backfill_lib.tables import Column
 BATCH_COLUMN = "_backfill_batch"
 
 
-def ensure_staging_table(spark: SparkSession, plan: BackfillPlan, columns: tuple[Column, ...]) -> None:
-    """Create the run's staging table (target columns plus ``_backfill_batch``, partitioned by it) when it does
-    not exist yet.
+class StagingTable:
+    """Writes batches into the run's staging table (``exists``: whether it exists yet).
+
+    While it does not exist, the first batch to write creates it from its rows (``CREATE TABLE ... AS SELECT``,
+    partitioned by ``_backfill_batch``) while the others wait for it; every later write replaces its batch
+    (``replaceWhere`` on the batch and its partitions). Safe for concurrent batches.
+    """
+
+    def __init__(self, plan: BackfillPlan, exists: bool):
+        self.name = plan.staging_table
+        self._exists = exists
+        self._lock = threading.Lock()
+
+    def write(self, rows: DataFrame, condition: str) -> None:
+        """Write ``rows`` (with ``_backfill_batch``), replacing the staged rows that meet ``condition``."""
+        if not self._exists:
+            with self._lock:
+                if not self._exists:
+                    # A new table has no rows to replace; Spark creates it with every column nullable.
+                    (rows.writeTo(self.name).using("delta").partitionedBy(F.col(BATCH_COLUMN))
+                     .tableProperty("delta.appendOnly", "false").create())
+                    self._exists = True
+                    return
+        # writeTo(...).overwrite(condition) is Delta's replaceWhere, without saveAsTable's catalog rewrite.
+        rows.writeTo(self.name).overwrite(F.expr(condition))
+
+
+def open_staging_table(spark: SparkSession, plan: BackfillPlan) -> StagingTable:
+    """The run's staging table, to be created by its first write when it does not exist yet (its schema is then
+    created too).
 
     Raises
     ------
@@ -40,20 +73,15 @@ def ensure_staging_table(spark: SparkSession, plan: BackfillPlan, columns: tuple
         partitioned like the target); nothing is created or written. A column of that name in the target or the
         source is refused earlier, by :func:`check_reserved_column` at intake.
     """
-    from delta.tables import DeltaTable
-
-    if spark.catalog.tableExists(plan.staging_table) and BATCH_COLUMN not in spark.table(plan.staging_table).columns:
+    exists = spark.catalog.tableExists(plan.staging_table)
+    if exists and BATCH_COLUMN not in spark.table(plan.staging_table).columns:
         raise SchemaMismatchError(
             f"staging table {plan.staging_table} has no {BATCH_COLUMN} column (staged by an earlier delta-backfill): "
             f"run {plan.run_id} cannot continue in it; start a new run of the request"
         )
-    schema = plan.staging_table.rsplit(".", 1)[0]
-    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-    builder = DeltaTable.createIfNotExists(spark).tableName(plan.staging_table)
-    for col in columns:
-        builder = builder.addColumn(col.name, col.type, nullable=col.nullable)
-    builder = builder.addColumn(BATCH_COLUMN, "INT", nullable=False)
-    builder.partitionedBy(BATCH_COLUMN).property("delta.appendOnly", "false").execute()
+    if not exists:
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {plan.staging_table.rsplit('.', 1)[0]}")
+    return StagingTable(plan, exists)
 
 
 def check_reserved_column(target_table: str, target: tuple[Column, ...], source_sql: str,
@@ -83,50 +111,41 @@ def aligned(df: DataFrame, casts: tuple[ColumnCast, ...]) -> DataFrame:
     return df.select([F.col(c.name).cast(c.type).alias(c.name) if c.cast else F.col(c.name) for c in casts])
 
 
-def _stray_partitions(df: DataFrame, keys: PartitionKeys, predicate: str) -> list[tuple[str, int]]:
-    outside = df.where(f"NOT coalesce({predicate}, false)")
-    rows = outside.groupBy(keys.expr().alias("p")).count().orderBy("p").collect()
-    return [(keys.key(r["p"]) if r["p"] is not None else "NULL", int(r["count"])) for r in rows]
-
-
-def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame) -> dict[str, int]:
+def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame, staging: StagingTable,
+                before_write: Callable[[], None] = lambda: None) -> dict[str, int]:
     """Write ``df`` into the staging table as batch ``batch.index``, replacing that batch's earlier rows; return
     rows per partition key.
 
-    ``df`` is persisted (memory, spilling to disk) for the write and one grouped count of the very rows written,
-    so the source runs once and the count needs no read of the staging table (whose new version a read would first
-    have to load: four more Spark jobs). A planned partition the source left empty counts 0 rows.
+    ``df`` is persisted (memory, spilling to disk) and counted per partition first (the source runs once, in that
+    count), then ``before_write`` is called and the very rows counted are written: the count finds stray rows
+    before anything is written and needs no read of the staging table afterwards. A planned partition the source
+    left empty counts 0 rows.
 
     Raises
     ------
     StrayRowsError
-        When ``df`` holds rows outside the batch's partitions (Delta's ``replaceWhere`` check refuses the
-        write); the message names the first offending partitions and their row counts. Nothing is written.
+        When ``df`` holds rows outside the batch's partitions; the message names the first offending partitions
+        and their row counts. Nothing is written.
     """
     predicate = plan.batch_predicate(batch)
-    in_batch = f"{BATCH_COLUMN} = {batch.index}"
+    keys = plan.partition_keys
     df = df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        try:
-            # writeTo(...).overwrite(condition) is Delta's replaceWhere, without saveAsTable's catalog rewrite.
-            (
-                df.withColumn(BATCH_COLUMN, F.lit(batch.index).cast("int"))
-                .writeTo(plan.staging_table)
-                .overwrite(F.expr(f"{in_batch} AND ({predicate})"))
-            )
-        except AnalysisException as exc:
-            if "DELTA_REPLACE_WHERE_MISMATCH" not in str(exc):
-                raise
-            stray = _stray_partitions(df, plan.partition_keys, predicate)
-            listed = ", ".join(f"{p} ({n} row{'' if n == 1 else 's'})" for p, n in stray[:5])
+        inside = F.coalesce(F.expr(predicate), F.lit(False)).alias("inside")
+        counted = df.groupBy(keys.expr().alias("p"), inside).count().collect()
+        stray = sorted(((r["p"] is not None, r["p"] or ""), int(r["count"])) for r in counted if not r["inside"])
+        if stray:
+            listed = ", ".join(f"{keys.key(p) if known else 'NULL'} ({n} row{'' if n == 1 else 's'})"
+                               for (known, p), n in stray[:5])
             more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
             raise StrayRowsError(
                 f"source {plan.request.source.sql} produced rows outside batch {batch.index} "
                 f"[{batch.keys[0]} .. {batch.keys[-1]}] of {plan.target_table}: partition {listed}{more}; nothing written"
-            ) from exc
-        keys = plan.partition_keys
-        counted = df.groupBy(keys.expr().alias("p")).count().collect()
+            )
+        before_write()
+        staging.write(df.withColumn(BATCH_COLUMN, F.lit(batch.index).cast("int")),
+                      f"{BATCH_COLUMN} = {batch.index} AND ({predicate})")
     finally:
         df.unpersist()
-    rows = keys.rekey({r["p"]: int(r["count"]) for r in counted})
+    rows = keys.rekey({r["p"]: int(r["count"]) for r in counted if r["inside"]})
     return {key: rows.get(key, 0) for key in batch.keys}

@@ -45,6 +45,26 @@ def test_a_failed_ledger_write_is_raised_by_the_next_flush_once(spark, db):
     assert [p["status"] for p in ledger.partitions("r2")] == ["staged"]
 
 
+def test_wait_committed_returns_once_events_up_to_the_mark_are_committed_and_raises_their_loss(spark, db):
+    ledger = Ledger(spark, db)
+    ledger.ensure()
+    record = ledger.record_run({"run_id": "r4"}, "planned")  # the writer wakes here and lingers (30 s)
+    mark = ledger.recorded()
+    started = time.monotonic()
+    ledger.wait_committed(mark)  # stops the linger
+    assert time.monotonic() - started < 20
+    assert ledger.find_run("r4")["status"] == "planned"
+    ledger.wait_committed(mark)  # already committed: returns at once
+
+    spark.sql(f"DROP TABLE {db}.checks")
+    ledger.record_run(record, "staging")
+    ledger._append("checks", [{"run_id": "r4", "kind": "gate", "name": "rows", "success": True}])
+    with pytest.raises(AnalysisException, match="checks"):
+        ledger.wait_committed(ledger.recorded())
+    with pytest.raises(AnalysisException, match="checks"):
+        ledger.flush()  # the error stays for the run's flush
+
+
 def test_events_recorded_close_together_share_one_commit_per_table(spark, db):
     ledger = Ledger(spark, db)
     ledger.ensure()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import DataFrame, SparkSession
@@ -12,7 +13,7 @@ from backfill_lib.ledger import Check
 from backfill_lib.partition_keys import PartitionKeys
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.staging import stage_batch, staged_rows
+from backfill_lib.staging import StagingTable, stage_batch, staged_rows
 from backfill_lib.strategies.commit_check import Published, Written, verify_commit
 
 
@@ -32,9 +33,11 @@ class StrategyImpl:
     def check_batch(self, plan: BackfillPlan, batch: Batch, df: DataFrame) -> None:
         """Raise a :class:`~backfill_lib.errors.BackfillError` when ``df`` must not be staged. Default: accept."""
 
-    def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame) -> dict[str, int]:
-        """Write ``df`` into staging for ``batch``; return staged rows per partition key."""
-        return stage_batch(spark, plan, batch, df)
+    def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame, staging: StagingTable | None,
+              before_write: Callable[[], None]) -> dict[str, int]:
+        """Write ``df`` into ``staging`` for ``batch``, calling ``before_write`` just before the first row is written;
+        return staged rows per partition key."""
+        return stage_batch(spark, plan, batch, df, staging, before_write)
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """One commit on the target; return its :class:`Published` (versions before and after, what it wrote)."""

@@ -53,7 +53,7 @@ class Published(NamedTuple):
 def observed(df: DataFrame) -> tuple[DataFrame, Observation]:
     """``df`` with an observation of its row count and checksum, taken as the rows flow into the write (no
     extra Spark job); read it with :func:`written` after the write."""
-    observation = Observation("backfill_written")
+    observation = Observation()  # a unique name: writes of several runs may share a session
     columns = [F.col(c) for c in sorted(df.columns)]
     return df.observe(observation, F.count(F.lit(1)).alias("rows"),
                       F.sum(F.xxhash64(*columns).cast("decimal(38,0)")).alias("checksum")), observation

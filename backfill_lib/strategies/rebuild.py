@@ -29,8 +29,10 @@ class Rebuild(StrategyImpl):
             f"All {len(plan.partitions):,} current partitions are touched"
         )
 
-    def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame) -> dict[str, int]:
+    def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame, staging=None,
+              before_write=lambda: None) -> dict[str, int]:
         """Create the staging table from the whole source (it is the run's own table, so replacing it is scoped)."""
+        before_write()
         df.writeTo(plan.staging_table).using("delta").partitionedBy(plan.partition_column).createOrReplace()
         return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_column).items() if k}
 

@@ -191,7 +191,9 @@ class StageTimer:
         w(Ledger, "find_run", "ledger: read run")
         w(Ledger, "partitions", "ledger: read partitions")
         w(batch_stager.BatchStager, "stage", "staging: all batches, wall time (their calls: batch threads)")
-        w(batch_stager, "ensure_staging_table", "staging: create staging table")
+        w(batch_stager, "open_staging_table", "staging: open staging table (created by the first write)")
+        if hasattr(Ledger, "wait_committed"):
+            w(Ledger, "wait_committed", "ledger: wait for the run's first events (before a batch writes)")
         w(batch_stager, "source_frame", "source SQL analysis (per call)")
         w(StrategyImpl, "stage", "staging: write batch (source query + replaceWhere)")
         w(SuiteRunner, "__init__", "validate: GX context + checkpoint setup")
