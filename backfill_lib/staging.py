@@ -3,7 +3,7 @@
 One staging Delta table per run and target: the target's columns plus ``_backfill_batch`` (INT, the plan's batch
 index), partitioned by ``_backfill_batch`` rather than by the target's partition column. A batch is written with
 ``replaceWhere`` on its batch partition *and* its target partitions, so a retried or resumed batch replaces its
-rows and never appends, and a source row outside the batch's partitions fails the write.
+rows and never appends (Delta's replaceWhere check refuses any row outside that condition).
 
 Why by batch: a batch then writes one or a few files instead of one file per target partition (365 tiny files
 for a year of days), and every audit of the staged rows (GX, reconciliation, diff, checksum) opens those few

@@ -171,6 +171,10 @@ def test_concurrent_batches_stage_into_their_own_batch_partitions(spark, setting
                  spark.table(plan.staging_table).groupBy(BATCH_COLUMN).agg({"*": "count"})
                  .withColumnRenamed("count(1)", "n").collect()}
     assert per_batch == {0: 2, 1: 3, 2: 4}  # 2024-03-08, -09 and -10 of SOURCE
+    # The first batch to write created the table with its rows (no empty CREATE TABLE commit); the others waited
+    # for it, then replaced their own batch.
+    history = spark.sql(f"DESCRIBE HISTORY {plan.staging_table}").orderBy("version").collect()
+    assert [r["operation"] for r in history] == ["CREATE TABLE AS SELECT", "WRITE", "WRITE"]
     # Each batch's replaceWhere reads only its own batch partition, so three at once never conflict.
     attempts = {p["partition"]: p["attempt"] for p in Ledger(spark, settings.ledger_schema).partitions(plan.run_id)}
     assert attempts == {"2024-03-08": 1, "2024-03-09": 1, "2024-03-10": 1}
