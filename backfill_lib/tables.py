@@ -191,6 +191,20 @@ def file_set_fingerprint(paths) -> str:
     return hashlib.sha256("\n".join(sorted(paths)).encode()).hexdigest()[:16]
 
 
+def partition_value_key(snapshot, column: str) -> str:
+    """The key of ``column`` in the ``partitionValues`` of ``snapshot``'s ``add`` and ``remove`` actions: its
+    physical name when the table uses column mapping (``delta.columnMapping.physicalName`` in the column's
+    metadata; Delta protocol, "Column Mapping"), else its name."""
+    physical = "delta.columnMapping.physicalName"
+    try:
+        for f in snapshot.metadata().schema().fields():
+            if f.name() == column:
+                return f.metadata().getString(physical) if f.metadata().contains(physical) else column
+    except Exception:  # Delta's internal API changed shape: the name, as before column mapping
+        pass
+    return column
+
+
 def add_files(spark: SparkSession, snapshot) -> DataFrame:
     """The ``add`` actions of ``snapshot`` (from :func:`latest_snapshot`): ``path``, ``partitionValues``, ``size``,
     ``stats``; from Delta's own log replay (checkpoints included), no data file read."""
@@ -227,12 +241,13 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str, snaps
 
     A file's rows are its ``numRecords`` less the rows its deletion vector marks deleted (the vector's
     ``cardinality``; Delta protocol, "Deletion Vectors"), so they count the rows a query reads."""
-    files = add_files(spark, snapshot if snapshot is not None else latest_snapshot(spark, name))
+    snapshot = snapshot if snapshot is not None else latest_snapshot(spark, name)
+    files = add_files(spark, snapshot)
     deleted = (F.coalesce(F.col("deletionVector.cardinality"), F.lit(0)) if "deletionVector" in files.columns
                else F.lit(0))
     rows = (
         files.select(
-            F.col("partitionValues").getItem(partition_column).alias("p"),
+            F.col("partitionValues").getItem(partition_value_key(snapshot, partition_column)).alias("p"),
             "path",
             "size",
             (F.get_json_object("stats", "$.numRecords").cast("long") - deleted).alias("n"),

@@ -169,3 +169,25 @@ def test_source_row_counts_come_from_the_delta_log_and_subtract_deletion_vectors
                                    "dt", "count(*)")
     assert scanned == logged
     assert logged_row_counts(spark, f"{db}.src", "id", D8, D10) is None  # not a DATE partition column: scanned
+
+
+def test_column_mapped_tables_are_read_from_the_log_by_their_partition_columns_physical_name(spark, settings, db,
+                                                                                             tmp_path):
+    # Under column mapping Delta keys partitionValues by the column's physical name, not "dt".
+    from backfill_lib.reconcile import logged_row_counts
+
+    for name, rows in (("events", [(1, D8, 1), (2, D9, 2)]), ("events_src", [(3, D9, 3), (4, D9, 4), (5, D10, 5)])):
+        spark.sql(f"CREATE TABLE {db}.{name} (id INT, dt DATE, v INT) USING delta PARTITIONED BY (dt) "
+                  "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+        spark.createDataFrame(rows, EVENTS_SCHEMA).writeTo(f"{db}.{name}").append()
+    assert logged_row_counts(spark, f"{db}.events_src", "dt", D8, D11) == {"2024-03-09": 2, "2024-03-10": 1}
+    assert {k: s.rows for k, s in partition_stats(spark, f"{db}.events", "dt").items()} == {
+        "2024-03-08": 1, "2024-03-09": 1}
+
+    result = run(spark, settings, events_request(tmp_path, db, reconcile=True, gates={"allow_row_growth": True}))
+    assert result.status == "published"
+    assert {(c.kind, c.partition, c.success) for c in result.checks if c.kind == "reconciliation"} == {
+        ("reconciliation", "2024-03-09", True)}
+    assert {c.name for c in result.checks if c.kind == "post_publish"} == {
+        "written_rows_and_checksum_equal_staging", "rows_equal_staging_and_files_replaced"}
+    assert sorted(r.id for r in spark.table(f"{db}.events").where("dt = DATE'2024-03-09'").collect()) == [3, 4]

@@ -30,7 +30,8 @@ from pyspark.sql import functions as F
 
 from backfill_lib.ledger import Check
 from backfill_lib.plan import BackfillPlan, stats_by_key
-from backfill_lib.tables import PartitionStats, commit_actions, file_set_fingerprint, latest_snapshot
+from backfill_lib.tables import (PartitionStats, commit_actions, file_set_fingerprint, latest_snapshot,
+                                 partition_value_key)
 
 
 class Written(NamedTuple):
@@ -93,10 +94,11 @@ def verify_commit(spark: SparkSession, plan: BackfillPlan, version: int, staged:
     staged_checksum = sum(sums, Decimal(0)) if sums else None
     if (wrote.rows, wrote.checksum) != (staged_rows, staged_checksum):
         return None
-    actions = commit_actions(spark, latest_snapshot(spark, plan.target_table), version)
+    snapshot = latest_snapshot(spark, plan.target_table)
+    actions = commit_actions(spark, snapshot, version)
     if actions is None:
         return None
-    column = plan.partition_column
+    column = partition_value_key(snapshot, plan.partition_column)
     rows: dict[str, int] = {}
     removed: dict[str, list[str]] = {}
     for action in actions:
