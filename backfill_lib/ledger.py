@@ -9,11 +9,12 @@ Events are written behind: ``record_*`` queues them and a writer thread appends 
 lingering up to :data:`LINGER_SECONDS` for more, unless a flush or :meth:`Ledger.write_now` ends the wait) with one
 ``INSERT`` per table (the tables at once), so a Delta commit is paid per burst of events rather than per event,
 off the run's own path. :meth:`Ledger.flush` waits until everything queued is committed; every read
-flushes first, and the runner flushes where durability matters: the run's plan before anything is staged, and
-the end of every run. A crash loses at most the events since the last flush, which is safe: a lost ``staged``
-event means that batch is staged again (its write replaces), a lost check means the run validates again, and a
-lost ``publishing`` event is harmless because a resumed run looks for its own commit in the target's history
-before publishing (and Delta's idempotent-write guard refuses a second one).
+flushes first, and the runner makes events durable where it matters: the run's plan before any row is staged
+(each batch waits for it before writing, :meth:`Ledger.wait_committed`), and the end of every run. A crash loses
+at most the events since the last commit, which is safe: a lost ``staged`` event means that batch is staged again
+(its write replaces), a lost check means the run validates again, and a lost ``publishing`` event is harmless
+because a resumed run looks for its own commit in the target's history before publishing (and Delta's
+idempotent-write guard refuses a second one).
 
 Tables, in ``settings.ledger_schema``:
 
@@ -300,14 +301,17 @@ class Ledger:
             The error of the failed ledger write that lost one of those events (it stays for :meth:`flush`).
         """
         with self._cond:
-            lost = lambda: self._lost_from is not None and self._lost_from <= seq  # noqa: E731
-            while self._committed < seq and not lost():
+            while self._committed < seq and not self._lost(seq):
                 if not self._hurry and any(row["seq"] <= seq for _, row in self._queue):
                     self._hurry = True  # still queued: stop lingering
                     self._cond.notify_all()
                 self._cond.wait()
-            if lost():
+            if self._lost(seq):
                 raise self._error or BackfillError(f"ledger {self.schema}: events up to {seq} were not committed")
+
+    def _lost(self, seq: int) -> bool:
+        """Whether a failed write lost an event up to ``seq`` (call holding ``_cond``)."""
+        return self._lost_from is not None and self._lost_from <= seq
 
     def flush(self) -> None:
         """Wait until every event recorded so far is committed.

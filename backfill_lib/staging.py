@@ -111,7 +111,7 @@ def aligned(df: DataFrame, casts: tuple[ColumnCast, ...]) -> DataFrame:
     return df.select([F.col(c.name).cast(c.type).alias(c.name) if c.cast else F.col(c.name) for c in casts])
 
 
-def stage_batch(spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame, staging: StagingTable,
+def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: StagingTable,
                 before_write: Callable[[], None] = lambda: None) -> dict[str, int]:
     """Write ``df`` into the staging table as batch ``batch.index``, replacing that batch's earlier rows; return
     rows per partition key.

@@ -37,7 +37,7 @@ class StrategyImpl:
               before_write: Callable[[], None]) -> dict[str, int]:
         """Write ``df`` into ``staging`` for ``batch``, calling ``before_write`` just before the first row is written;
         return staged rows per partition key."""
-        return stage_batch(spark, plan, batch, df, staging, before_write)
+        return stage_batch(plan, batch, df, staging, before_write)
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """One commit on the target; return its :class:`Published` (versions before and after, what it wrote)."""

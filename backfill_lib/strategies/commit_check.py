@@ -60,7 +60,7 @@ def observed(df: DataFrame) -> tuple[DataFrame, Observation]:
                       F.sum(F.xxhash64(*columns).cast("decimal(38,0)")).alias("checksum")), observation
 
 
-def written(spark: SparkSession, observation: Observation) -> Written | None:
+def written(observation: Observation) -> Written | None:
     """What ``observation`` saw, or ``None`` when its metrics did not arrive within 100 ms of the write.
 
     Spark completes an observation when the query that carried it ends, before the write returns; the bounded

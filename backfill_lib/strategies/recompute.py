@@ -50,4 +50,4 @@ class Recompute(StrategyImpl):
         # table's catalog entry (two ALTER TABLE and about 25 metastore calls per commit).
         writer.overwrite(F.expr(predicate))
         version = find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)
-        return Published(pre, version, written(spark, observation))
+        return Published(pre, version, written(observation))
