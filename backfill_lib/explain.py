@@ -46,6 +46,7 @@ def explain(plan: BackfillPlan) -> Group:
     from backfill_lib.strategies import strategy_for
 
     r = plan.request
+    strategy = strategy_for(r.strategy, r.publish_mode)
     parts = plan.partitions
     total = plan.total
     src = plan.source_input
@@ -65,13 +66,14 @@ def explain(plan: BackfillPlan) -> Group:
         ("request", f"{r.name} ({plan.request_path})"),
         ("owner / reason", f"{r.owner} / {r.reason}"),
         ("target", f"{plan.target_table} at version {plan.target_version}"),
-        ("strategy", strategy_for(r.strategy).describe(plan)),
+        ("strategy", strategy.describe(plan)),
         ("partitions", f"{len(parts):,} x {r.target.grain.value} on {plan.partition_column} "
                        f"(time zone {r.time_zone}), {first_last}"),
         ("range", range_line),
         ("current data in range", f"{total.files:,} files, {human_bytes(total.bytes)}, {_rows(total.rows)} rows "
                                   "(from the Delta log)"),
         ("source input", source_line),
+        ("change data feed", strategy.change_feed(plan)),
         ("row-count gate", f"a partition losing more than {r.gates.max_row_loss_fraction:.0%} of its rows blocks "
                            f"publishing{' (allowed by the request)' if r.gates.allow_row_loss else ''}"),
         ("batches", f"{len(plan.batches)} of up to {max((len(b.partitions) for b in plan.batches), default=0)} partitions"),

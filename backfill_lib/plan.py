@@ -95,6 +95,8 @@ class BackfillPlan:
     #: True when ``build_plan`` minted ``run_id`` (time plus 24 random bits), so no ledger can hold it yet and the
     #: runner skips looking it up; False for a given run ID and for a plan read back from the ledger
     run_id_minted: bool = False
+    #: whether the target has the Change Data Feed on (``delta.enableChangeDataFeed``) as the plan read it
+    target_change_data_feed: bool = False
 
     @property
     def commit_run_id(self) -> str:
@@ -158,6 +160,7 @@ class BackfillPlan:
             "target_columns": [asdict(c) for c in self.target_columns],
             "source_input": asdict(self.source_input),
             "parent_run_id": self.parent_run_id,
+            "target_change_data_feed": self.target_change_data_feed,
         }
 
 
@@ -301,6 +304,7 @@ def build_plan(
         source_input=source_input,
         target_columns=state.columns,
         run_id_minted=minted,
+        target_change_data_feed=state.change_data_feed,
     )
 
 
@@ -333,4 +337,5 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         source_input=SourceInput(**summary["source_input"]),
         target_columns=tuple(Column(**c) for c in summary["target_columns"]),
         parent_run_id=summary.get("parent_run_id"),
+        target_change_data_feed=bool(summary.get("target_change_data_feed", False)),
     )

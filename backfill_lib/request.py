@@ -45,6 +45,20 @@ class Strategy(str, enum.Enum):
     PATCH = "patch"
 
 
+class PublishMode(str, enum.Enum):
+    """How a recompute's publishing commit writes the range (the table ends the same either way).
+
+    - ``replace``: one ``replaceWhere`` commit that removes every target row in range and writes every staged
+      row; on a table with the Change Data Feed on, every row of every partition is a delete and an insert.
+    - ``changes_only``: one MERGE on the null-safe keys (plus the partition column) and the range literal that
+      updates only rows where some column differs, inserts new keys and deletes target rows in range whose key
+      is not staged, so the feed carries the real changes only.
+    """
+
+    REPLACE = "replace"
+    CHANGES_ONLY = "changes_only"
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -201,6 +215,7 @@ class BackfillRequest(_Frozen):
     range: DateRange | None = None
     time_zone: str = "UTC"
     strategy: Strategy
+    publish_mode: PublishMode = PublishMode.REPLACE
     source: Source
     keys: tuple[str, ...] = Field(min_length=1)
     expectations: Path | None = None
@@ -232,6 +247,9 @@ class BackfillRequest(_Frozen):
 
     @model_validator(mode="after")
     def _range_fits_grain(self) -> "BackfillRequest":
+        if self.publish_mode is not PublishMode.REPLACE and self.strategy is not Strategy.RECOMPUTE:
+            raise ValueError(f"publish_mode: {self.publish_mode.value} applies to strategy recompute only "
+                             f"(got strategy {self.strategy.value})")
         if self.range is None:
             if self.strategy is not Strategy.REBUILD:
                 raise ValueError(f"range: required for strategy {self.strategy.value}")

@@ -79,6 +79,19 @@ def ledger_outcome(ledger: Ledger, run_id: str) -> RunOutcome:
                       {d["partition"]: d for d in ledger.diffs(run_id)})
 
 
+def _change_feed_lines(run: dict, plan: dict, outcome: RunOutcome) -> tuple[str, ...]:
+    """The line on the target's Change Data Feed (none for a plan stored before the ledger kept the flag)."""
+    from backfill_lib.strategies import strategy_for
+
+    if "target_change_data_feed" not in plan:
+        return ()
+    planned = plan_from_summary(plan)
+    if planned.target_change_data_feed and run.get("status") == "unchanged":
+        return ("change data feed: on; nothing was published, so no change rows",)
+    strategy = strategy_for(planned.strategy, planned.request.publish_mode)
+    return ("change data feed: " + strategy.change_feed(planned, outcome.rows, outcome.diffs),)
+
+
 def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | None = None) -> ReportData:
     """Everything the report shows, from a run's outcome (see :func:`ledger_outcome`) and, for a metric other
     than a known row count, the tables."""
@@ -107,7 +120,7 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         f"in {len(plan['batches'])} batches",
         f"target data in range before: {total['files']} files, {total['bytes']} bytes, {total['rows']} rows (Delta log)",
         f"staging table {run['staging_table']}",
-    ) + ((f"message: {run['message']}",) if run.get("message") else ())
+    ) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
     return ReportData(
         run_id=run["run_id"],
         request_name=run["request_name"],

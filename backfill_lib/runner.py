@@ -371,7 +371,7 @@ class Runner:
         reads the ledger); ``fingerprints`` the staged rows' checksums validation computed (``None``: the
         post-publish check reads staging itself). A commit made in this process is checked from what its write
         observed and the Delta log; one found by a resume is read back."""
-        strategy = strategy_for(plan.strategy)
+        strategy = strategy_for(plan.strategy, plan.request.publish_mode)
         try:
             version, wrote = None, None
             if resumed:
@@ -386,6 +386,9 @@ class Runner:
                                      {"the version this run was validated against": plan.target_version})
                 crash_point("before_publish")
                 reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
+                if plan.target_change_data_feed:
+                    reporter.stage("change data feed: " + strategy.change_feed(
+                        plan, rows, None if diffs is None else diff_rows(diffs)))
                 _, version, wrote = with_conflict_retry(
                     lambda: strategy.publish(self.spark, plan, casts),
                     what=f"publishing {len(plan.partitions)} partitions [{plan.partitions[0].key} .. "

@@ -45,7 +45,8 @@ class TableState:
     """A Delta table as of one version.
 
     ``partitions`` maps Delta partition-value strings (``YYYY-MM-DD`` for a date column) of the first partition
-    column to their stats.
+    column to their stats. ``change_data_feed`` is whether the table property ``delta.enableChangeDataFeed`` is
+    ``true``: every commit then also records its changed rows for ``table_changes`` / ``readChangeFeed``.
     """
 
     name: str
@@ -54,6 +55,7 @@ class TableState:
     columns: tuple[Column, ...]
     partition_columns: tuple[str, ...]
     partitions: dict[str, PartitionStats] = field(default_factory=dict)
+    change_data_feed: bool = False
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -212,7 +214,8 @@ def add_files(spark: SparkSession, snapshot) -> DataFrame:
 
 
 def read_table_state(spark: SparkSession, name: str, with_partitions: bool = True) -> TableState:
-    """Read ``name``'s version, schema, partition columns and (optionally) per-partition stats.
+    """Read ``name``'s version, schema, partition columns, whether its Change Data Feed is on and (optionally)
+    per-partition stats.
 
     Raises
     ------
@@ -227,12 +230,14 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     schema = spark.table(name).schema
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
     partition_columns = tuple(detail["partitionColumns"])
+    properties = detail["properties"] or {}
+    change_data_feed = str(properties.get("delta.enableChangeDataFeed", "")).strip().lower() == "true"
     snapshot = latest_snapshot(spark, name)  # the version and its partitions' files, read from one snapshot
     version = int(snapshot.version())
     partitions: dict[str, PartitionStats] = {}
     if with_partitions and partition_columns:
         partitions = partition_stats(spark, name, partition_columns[0], snapshot)
-    return TableState(name, detail["location"], version, columns, partition_columns, partitions)
+    return TableState(name, detail["location"], version, columns, partition_columns, partitions, change_data_feed)
 
 
 def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None) -> dict[str, PartitionStats]:

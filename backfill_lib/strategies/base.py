@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from backfill_lib.change_feed import ChangeRows, describe_change_feed
 from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.ledger import Check
 from backfill_lib.partition_keys import PartitionKeys
@@ -26,9 +27,23 @@ class StrategyImpl:
     name = ""
     #: Whether staged rows replace whole partitions, so row-count gates compare them with the target's rows.
     replaces_partitions = True
+    #: The publishing commit, as the Change Data Feed line names it.
+    publishing = "the publishing commit"
 
     def describe(self, plan: BackfillPlan) -> str:
         raise NotImplementedError
+
+    def change_rows(self, plan: BackfillPlan, staged: dict[str, int | None] | None = None,
+                    diffs: dict[str, dict] | None = None) -> ChangeRows | None:
+        """The change rows publishing ``plan`` emits when the target has the Change Data Feed on, from the plan
+        and, once known, ``staged`` (staged rows by partition key) and ``diffs`` (by partition key: ``inserted``,
+        ``deleted``, ``updated`` rows, as the ledger holds them). Default: ``None``, not estimated."""
+        return None
+
+    def change_feed(self, plan: BackfillPlan, staged: dict[str, int | None] | None = None,
+                    diffs: dict[str, dict] | None = None) -> str:
+        """One line on the target's Change Data Feed: off, or on and what publishing emits there."""
+        return describe_change_feed(plan.target_change_data_feed, self.change_rows(plan, staged, diffs), self.publishing)
 
     def check_batch(self, plan: BackfillPlan, batch: Batch, df: DataFrame) -> None:
         """Raise a :class:`~backfill_lib.errors.BackfillError` when ``df`` must not be staged. Default: accept."""

@@ -1,0 +1,135 @@
+"""recompute with ``publish_mode: changes_only``: staged like a recompute, published by one MERGE that writes only
+the rows that differ, so a target with the Change Data Feed on records real changes only.
+
+The MERGE leaves the range exactly as the ``replaceWhere`` of a plain recompute would: it matches target and
+staged rows on the null-safe keys plus the partition column, within the range literal; a matched row whose
+columns all equal the staged row's is left as it is, any other is set to the staged row, a staged row without a
+match is inserted, and a target row in range without one is deleted. That holds when each key occurs at most
+once on each side, which is checked (both sides, one aggregation each) before the MERGE: a duplicate is refused,
+naming the keys, and nothing is written.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from backfill_lib.change_feed import ChangeRows
+from backfill_lib.errors import DuplicateKeyError, PublishError
+from backfill_lib.ledger import Check
+from backfill_lib.partitions import quote_ident, range_predicate
+from backfill_lib.plan import BackfillPlan
+from backfill_lib.publish import check_fence, find_version, idempotent_commit
+from backfill_lib.schema_guard import ColumnCast
+from backfill_lib.staging import staged_rows
+from backfill_lib.strategies.base import verify_partitions
+from backfill_lib.strategies.commit_check import Published
+from backfill_lib.strategies.patch import LISTED_KEYS, _key_text, duplicate_keys
+from backfill_lib.strategies.recompute import Recompute
+
+
+def merge_keys(plan: BackfillPlan) -> tuple[str, ...]:
+    """The columns the MERGE matches rows on: the request's keys and the partition column (so a key that moves
+    to another partition is a delete and an insert, as the diff counts it)."""
+    return tuple(dict.fromkeys([*plan.request.keys, plan.partition_column]))
+
+
+def differs(column: str, type_: str, new: bool) -> str:
+    """SQL that is true when target row ``t`` and staged row ``s`` differ in ``column`` (NULL-safe).
+
+    Floating-point columns compare their text, since ``<=>`` holds ``0.0`` equal to ``-0.0``, which the
+    ``replaceWhere`` would still replace; a column the publish adds (``new``) differs wherever the staged value is
+    not NULL (the target's rows get NULL there)."""
+    q = quote_ident(column)
+    if new:
+        return f"s.{q} IS NOT NULL"
+    if type_ in ("float", "double"):
+        return f"NOT (CAST(t.{q} AS STRING) <=> CAST(s.{q} AS STRING))"
+    return f"NOT (t.{q} <=> s.{q})"
+
+
+class RecomputeChangesOnly(Recompute):
+    name = "recompute, publish_mode changes_only"
+    publishing = "one MERGE (publish_mode changes_only)"
+
+    def describe(self, plan: BackfillPlan) -> str:
+        keys = ", ".join(merge_keys(plan))
+        return (
+            f"recompute (publish_mode changes_only): every row of the {len(plan.partitions):,} partitions below is "
+            f"re-derived by {plan.request.source.sql} into staging, then published by one MERGE on the keys ({keys}, "
+            "null-safe) limited by a range literal that writes only the rows that differ: changed rows are updated, "
+            "new keys inserted and target rows in range whose key is not staged deleted, leaving the same rows as a "
+            "replaceWhere; duplicate keys on either side refuse to publish"
+        )
+
+    def change_rows(self, plan: BackfillPlan, staged=None, diffs=None) -> ChangeRows:
+        """From the diff of the staged rows against the target by key (the same keys and partition column the
+        MERGE matches on): its updated, inserted and deleted rows per planned partition."""
+        if diffs is None:
+            return ChangeRows(merge=True, deletes=None, inserts=None, updates=None)
+        keys = {p.key for p in plan.partitions}
+        chosen = [d for k, d in diffs.items() if k in keys]
+        return ChangeRows(merge=True, deletes=sum(int(d.get("deleted") or 0) for d in chosen),
+                          inserts=sum(int(d.get("inserted") or 0) for d in chosen),
+                          updates=sum(int(d.get("updated") or 0) for d in chosen))
+
+    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
+        """One MERGE of the staged range into the target, writing only the rows that differ (see the module
+        docstring); it carries the run's ``userMetadata`` and Delta's idempotent-write guard. A column the schema
+        guard found new is added in the same commit (MERGE schema evolution).
+
+        Raises
+        ------
+        FenceError
+            When a commit changed the range since the plan.
+        DuplicateKeyError
+            When a key occurs more than once in the staged range (names up to 5 keys and their counts).
+        PublishError
+            When a key occurs more than once in the target's range: the MERGE would set every copy to the
+            staged row, where a replaceWhere keeps one.
+        """
+        from delta.tables import DeltaTable
+
+        pre = check_fence(spark, plan)
+        columns = [c.name for c in casts]
+        keys = merge_keys(plan)
+        staged = staged_rows(spark, plan.staging_table).where(plan.predicate()).select(*columns)
+        current = spark.read.option("versionAsOf", pre).table(plan.target_table).where(plan.predicate())
+        self._refuse_duplicates(plan, staged, current, keys, pre)
+        in_range = range_predicate(plan.partition_column, plan.range_start, plan.range_end, "t")
+        on = " AND ".join(f"t.{quote_ident(k)} <=> s.{quote_ident(k)}" for k in keys) + f" AND {in_range}"
+        changed = " OR ".join(differs(c.name, c.type, c.new) for c in casts if c.name not in keys) or "false"
+        merge = DeltaTable.forName(spark, plan.target_table).alias("t").merge(staged.alias("s"), on)
+        if any(c.new for c in casts):
+            merge = merge.withSchemaEvolution()
+        merge = (merge.whenMatchedUpdateAll(condition=changed)
+                 .whenNotMatchedInsertAll()
+                 .whenNotMatchedBySourceDelete(condition=in_range))
+        with idempotent_commit(spark, plan):
+            merge.execute()
+        return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre))
+
+    def _refuse_duplicates(self, plan: BackfillPlan, staged: DataFrame, current: DataFrame, keys: tuple[str, ...],
+                           version: int) -> None:
+        listed = ", ".join(keys)
+        dups = duplicate_keys(staged, keys)
+        if dups:
+            raise DuplicateKeyError(
+                f"staging {plan.staging_table} has duplicate keys ({listed}) for {plan.target_table}: {_listed(dups)}; "
+                "publish_mode changes_only needs each key once; nothing published")
+        dups = duplicate_keys(current, keys)
+        if dups:
+            raise PublishError(
+                f"table {plan.target_table} has duplicate keys ({listed}) in range at version {version}: "
+                f"{_listed(dups)}; a changes_only MERGE would not replace them as a replaceWhere does; publish with "
+                "publish_mode: replace; nothing published")
+
+    def verify(self, spark: SparkSession, plan: BackfillPlan, version: int, staged=None, wrote=None) -> list[Check]:
+        """The published range read back and compared with staging per partition (row count and checksum, as
+        :func:`verify_partitions`): a MERGE's log entry holds only the files it rewrote, so it cannot show the
+        whole range from the log as a replaceWhere's does."""
+        return verify_partitions(spark, plan, version, plan.predicate(), staged)
+
+
+def _listed(dups: list[tuple[dict, int]]) -> str:
+    more = " and more" if len(dups) > LISTED_KEYS else ""
+    return "; ".join(f"{_key_text(k)} ({n} times)" for k, n in dups[:LISTED_KEYS]) + more
