@@ -95,6 +95,24 @@ class BackfillPlan:
     #: True when ``build_plan`` minted ``run_id`` (time plus 24 random bits), so no ledger can hold it yet and the
     #: runner skips looking it up; False for a given run ID and for a plan read back from the ledger
     run_id_minted: bool = False
+    #: the Spark session time zone (``spark.sql.session.timeZone``) the run's SQL is analysed and run in: the
+    #: request's ``time_zone``, whatever the settings' zone (set by :func:`build_plan`, recorded in the ledger)
+    session_time_zone: str = "UTC"
+
+    @property
+    def write_time_zone(self) -> str:
+        """The session time zone of the run's writes into a table partitioned by the plan's column (publishing,
+        and a rebuild's staging): ``UTC`` for the hour grain, else :attr:`session_time_zone`.
+
+        Delta derives a ``TIMESTAMP`` partition value from its wall-clock text in the session zone
+        (``2024-10-27 02:00:00``) parsed back in that zone (``DelayedCommitProtocol.parsePartitions``,
+        delta-spark 4.4.0), so in a zone with a daylight-saving fall-back the two repeated hours would get one
+        value and the second hour's rows would land in the first; UTC repeats no wall clock. What is written
+        is analysed in :attr:`session_time_zone` before, so the rows are the same. Dates have no zone.
+        """
+        from backfill_lib.partitions import Grain
+
+        return "UTC" if self.request.target.grain is Grain.HOUR else self.session_time_zone
 
     @property
     def commit_run_id(self) -> str:
@@ -158,6 +176,8 @@ class BackfillPlan:
             "target_columns": [asdict(c) for c in self.target_columns],
             "source_input": asdict(self.source_input),
             "parent_run_id": self.parent_run_id,
+            "session_time_zone": self.session_time_zone,
+            "write_time_zone": self.write_time_zone,
         }
 
 
@@ -301,6 +321,7 @@ def build_plan(
         source_input=source_input,
         target_columns=state.columns,
         run_id_minted=minted,
+        session_time_zone=tz,
     )
 
 
@@ -333,4 +354,6 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         source_input=SourceInput(**summary["source_input"]),
         target_columns=tuple(Column(**c) for c in summary["target_columns"]),
         parent_run_id=summary.get("parent_run_id"),
+        # a plan stored before the field ran in the settings' zone; it continues in the request's
+        session_time_zone=summary.get("session_time_zone") or tz,
     )
