@@ -41,6 +41,15 @@ def _marts_line(plan: BackfillPlan) -> str:
     return "\n".join(lines) or "none"
 
 
+def _zone_line(plan: BackfillPlan) -> str:
+    """The Spark session time zone the run's SQL runs in, and the zone of its hour-partition writes."""
+    line = f"session time zone {plan.session_time_zone} (the request's time_zone): every SQL of the run runs in it"
+    if plan.write_time_zone != plan.session_time_zone:
+        line += (f"; hour partitions are written in {plan.write_time_zone}, so each hour keeps its own partition "
+                 "value (also the repeated hour of a daylight-saving fall-back)")
+    return line
+
+
 def explain(plan: BackfillPlan) -> Group:
     """A renderable of the plan: what, why, which partitions, their current cost, where rows are staged."""
     from backfill_lib.strategies import strategy_for
@@ -70,6 +79,7 @@ def explain(plan: BackfillPlan) -> Group:
         ("partitions", f"{len(parts):,} x {r.target.grain.value} on {plan.partition_column} "
                        f"(time zone {r.time_zone}), {first_last}"),
         ("range", range_line),
+        ("time zone", _zone_line(plan)),
         ("current data in range", f"{total.files:,} files, {human_bytes(total.bytes)}, {_rows(total.rows)} rows "
                                   "(from the Delta log)"),
         ("source input", source_line),

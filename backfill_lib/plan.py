@@ -97,6 +97,24 @@ class BackfillPlan:
     run_id_minted: bool = False
     #: whether the target has the Change Data Feed on (``delta.enableChangeDataFeed``) as the plan read it
     target_change_data_feed: bool = False
+    #: the Spark session time zone (``spark.sql.session.timeZone``) the run's SQL is analysed and run in: the
+    #: request's ``time_zone``, whatever the settings' zone (set by :func:`build_plan`, recorded in the ledger)
+    session_time_zone: str = "UTC"
+
+    @property
+    def write_time_zone(self) -> str:
+        """The session time zone of the run's writes into a table partitioned by the plan's column (publishing,
+        and a rebuild's staging): ``UTC`` for the hour grain, else :attr:`session_time_zone`.
+
+        Delta derives a ``TIMESTAMP`` partition value from its wall-clock text in the session zone
+        (``2024-10-27 02:00:00``) parsed back in that zone (``DelayedCommitProtocol.parsePartitions``,
+        delta-spark 4.4.0), so in a zone with a daylight-saving fall-back the two repeated hours would get one
+        value and the second hour's rows would land in the first; UTC repeats no wall clock. What is written
+        is analysed in :attr:`session_time_zone` before, so the rows are the same. Dates have no zone.
+        """
+        from backfill_lib.partitions import Grain
+
+        return "UTC" if self.request.target.grain is Grain.HOUR else self.session_time_zone
 
     @property
     def commit_run_id(self) -> str:
@@ -161,6 +179,8 @@ class BackfillPlan:
             "source_input": asdict(self.source_input),
             "parent_run_id": self.parent_run_id,
             "target_change_data_feed": self.target_change_data_feed,
+            "session_time_zone": self.session_time_zone,
+            "write_time_zone": self.write_time_zone,
         }
 
 
@@ -305,6 +325,7 @@ def build_plan(
         target_columns=state.columns,
         run_id_minted=minted,
         target_change_data_feed=state.change_data_feed,
+        session_time_zone=tz,
     )
 
 
@@ -338,4 +359,6 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         target_columns=tuple(Column(**c) for c in summary["target_columns"]),
         parent_run_id=summary.get("parent_run_id"),
         target_change_data_feed=bool(summary.get("target_change_data_feed", False)),
+        # a plan stored before the field ran in the settings' zone; it continues in the request's
+        session_time_zone=summary.get("session_time_zone") or tz,
     )

@@ -22,6 +22,7 @@ from backfill_lib.plan import plan_from_summary
 from backfill_lib.reconcile import metric_per_partition
 from backfill_lib.report import MetricPoint, PartitionRow, ReportData, write_report
 from backfill_lib.settings import Settings
+from backfill_lib.spark import session_time_zone
 from backfill_lib.staging import staged_rows as read_staged_rows
 
 
@@ -43,15 +44,28 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
     if (_is_row_count(metric) and keys and staged_rows is not None
             and all(before_rows.get(k) is not None and staged_rows.get(k) is not None for k in keys)):
         return tuple(MetricPoint(k, before_rows[k], staged_rows[k]) for k in sorted(keys))
-    before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])
-    after_df = read_staged_rows(spark, run["staging_table"]) if spark.catalog.tableExists(run["staging_table"]) else None
-    if plan["request"].get("range") and keys:
-        pred = planned.predicate()
-        before_df = before_df.where(pred)
-        after_df = after_df.where(pred) if after_df is not None else None
-    before = metric_per_partition(before_df, planned.partition_keys, metric)
-    after = metric_per_partition(after_df, planned.partition_keys, metric) if after_df is not None else {}
+    # in the run's zone, as the run computed everything else (``report_metric`` may use one, e.g. hour(ts))
+    with session_time_zone(spark, planned.session_time_zone, f"run {run['run_id']}"):
+        before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])
+        after_df = (read_staged_rows(spark, run["staging_table"]) if spark.catalog.tableExists(run["staging_table"])
+                    else None)
+        if plan["request"].get("range") and keys:
+            pred = planned.predicate()
+            before_df = before_df.where(pred)
+            after_df = after_df.where(pred) if after_df is not None else None
+        before = metric_per_partition(before_df, planned.partition_keys, metric)
+        after = metric_per_partition(after_df, planned.partition_keys, metric) if after_df is not None else {}
     return tuple(MetricPoint(k, before.get(k), after.get(k)) for k in sorted(set(keys) | set(before) | set(after)))
+
+
+def zone_line(plan: dict) -> str:
+    """The Spark session time zone a run (its stored plan summary) ran its SQL in, and that of its hour-partition
+    writes; a plan stored before the zone was recorded ran in the settings' zone."""
+    zone, written = plan.get("session_time_zone"), plan.get("write_time_zone")
+    if not zone:
+        return "Spark session time zone not recorded (the settings' time_zone)"
+    line = f"Spark session time zone {zone} (the request's time_zone)"
+    return line + (f"; hour partitions written in {written}" if written and written != zone else "")
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,7 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         f"in {len(plan['batches'])} batches",
         f"target data in range before: {total['files']} files, {total['bytes']} bytes, {total['rows']} rows (Delta log)",
         f"staging table {run['staging_table']}",
+        zone_line(plan),
     ) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
     return ReportData(
         run_id=run["run_id"],

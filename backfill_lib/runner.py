@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -48,6 +48,7 @@ from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.settings import Settings
 from backfill_lib.sources import source_frame, source_input
+from backfill_lib.spark import session_time_zone
 from backfill_lib.staging import check_reserved_column, staged_rows
 from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.base import partition_fingerprints
@@ -81,10 +82,20 @@ def prepare(
     spark: SparkSession, settings: Settings, request_path: str | Path, run_id: str | None = None
 ) -> tuple[BackfillPlan, TableState]:
     """Intake and plan: load the request, read the target's state from Delta, build the frozen plan (with
-    ``run_id``, or a new one)."""
+    ``run_id``, or a new one).
+
+    The source SQL is analysed in the request's ``time_zone`` (the session's zone is switched for it and put
+    back after), as every later stage runs it (:attr:`BackfillPlan.session_time_zone`).
+
+    Raises
+    ------
+    IntakeError
+        When the Spark session cannot take the request's ``time_zone``, naming both zones; nothing is written.
+    """
     request = load_request(request_path)
     bounds = request.bounds() or (None, None)
-    with ThreadPoolExecutor(2, thread_name_prefix="prepare") as pool:  # two independent reads of metadata
+    with session_time_zone(spark, request.time_zone, str(request_path)), \
+            ThreadPoolExecutor(2, thread_name_prefix="prepare") as pool:  # two independent reads of metadata
         state_read = pool.submit(in_pool, spark, read_table_state, spark, request.target.table)
         inputs = pool.submit(in_pool, spark, lambda: source_input(spark, source_frame(spark, request, *bounds)))
         state = state_read.result()
@@ -278,6 +289,12 @@ class Runner:
             return self._execute(plan, record, until)
 
     def _execute(self, plan: BackfillPlan, record: dict, until: str | None) -> RunResult:
+        """:meth:`_execute_in_zone` with the session in the plan's time zone (the request's), whatever the
+        settings' zone: a run, a resume, a mart's child run and the monitor analyse every SQL in it."""
+        with session_time_zone(self.spark, plan.session_time_zone, f"run {plan.run_id}"):
+            return self._execute_in_zone(plan, record, until)
+
+    def _execute_in_zone(self, plan: BackfillPlan, record: dict, until: str | None) -> RunResult:
         reporter = Reporter(self.console, plan.run_id)
         # A run still "planned" has staged nothing, so it cannot have committed; any other may have (the events
         # after the plan are written behind), so publishing first looks for this run's commit.
@@ -300,6 +317,10 @@ class Runner:
             rules = len(plan.request.reconciliation) + len(plan.request.metric_rules)
             with ThreadPoolExecutor(max(1, rules), thread_name_prefix=f"{plan.run_id}-source") as early:
                 sources = self._read_sources(plan, early)  # the rules' source sides, read while staging runs
+                if plan.strategy is Strategy.REBUILD and plan.write_time_zone != plan.session_time_zone:
+                    # A rebuild stages in the write zone (its staging table is partitioned like the target), which
+                    # every thread of the session sees: the rules' sources are read in the run's zone first.
+                    wait([f for side in sources.values() for f in side])
                 stager = BatchStager(self.spark, self.settings, self.ledger, self.cancelled)
                 done = self.ledger.staged_rows(plan.run_id) if resumed else {}  # a fresh run staged nothing yet
                 rows = stager.stage(plan, casts, reporter, done)
@@ -390,7 +411,7 @@ class Runner:
                     reporter.stage("change data feed: " + strategy.change_feed(
                         plan, rows, None if diffs is None else diff_rows(diffs)))
                 _, version, wrote = with_conflict_retry(
-                    lambda: strategy.publish(self.spark, plan, casts),
+                    lambda: self._publish_commit(strategy, plan, casts),
                     what=f"publishing {len(plan.partitions)} partitions [{plan.partitions[0].key} .. "
                          f"{plan.partitions[-1].key}] of {plan.target_table}",
                     attempts=self.settings.conflict_attempts, base_seconds=self.settings.retry_base_seconds,
@@ -429,6 +450,13 @@ class Runner:
         reporter.stage(f"published {plan.target_table} version {version} (was {pre})")
         self.write_report(plan, None if diffs is None else RunOutcome(record, rows, tuple(checks + post), diff_rows(diffs)))
         return RunResult(plan, "published", rows, tuple(checks + post), pre, version, marts)
+
+    def _publish_commit(self, strategy, plan: BackfillPlan, casts):
+        """``strategy.publish`` in the plan's :attr:`~BackfillPlan.write_time_zone`: it writes rows already
+        staged (no SQL of the request's is analysed during it), and Delta keeps each hour's own partition value
+        only in a zone without repeated wall clocks."""
+        with session_time_zone(self.spark, plan.write_time_zone, f"run {plan.run_id}"):
+            return strategy.publish(self.spark, plan, casts)
 
     def _mart_plan(self, plan: BackfillPlan, index: int) -> BackfillPlan:
         """The child plan that recomputes mart ``index`` (request order) for the partitions covering the range.
@@ -555,7 +583,7 @@ class Runner:
         if blockers and not force:
             raise PublishError(f"rollback of run {run_id} refused: {'; '.join(blockers)}; RESTORE would undo them too "
                                "(rerun with --force to restore anyway)")
-        with self._durable():
+        with self._durable(), session_time_zone(self.spark, plan.session_time_zone, f"run {run_id}"):
             return self._restore_all(plan, marts, f"rolled back by {by}: {why}", Reporter(self.console, run_id),
                                      action="rollback", rolled_back_by=by, rollback_reason=why)
 

@@ -48,7 +48,8 @@ class Settings(BaseModel):
         ``metastore_db/`` (embedded Derby metastore) and ``runs/`` (per-run reports) live under it.
         Relative paths resolve against the working directory.
     time_zone:
-        IANA zone pinned as ``spark.sql.session.timeZone``; the default zone of requests.
+        IANA zone set as ``spark.sql.session.timeZone`` when the session is taken; a run switches the session
+        to its request's ``time_zone`` while it runs (:func:`backfill_lib.spark.session_time_zone`).
     staging_schema, ledger_schema:
         Catalog schemas (databases) holding staging tables and the ledger tables.
     batch_size:

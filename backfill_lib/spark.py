@@ -9,11 +9,13 @@ embedded Derby metastore under :attr:`Settings.home`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
 from pyspark.sql import SparkSession
 
+from backfill_lib.errors import IntakeError
 from backfill_lib.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -30,8 +32,8 @@ def _launched_by_spark_submit() -> bool:
 def get_spark(settings: Settings) -> SparkSession:
     """Return the session to run on, building the local default if there is none.
 
-    The session time zone is set to ``settings.time_zone`` in every mode, because partition dates of
-    timestamps depend on it.
+    The session time zone is set to ``settings.time_zone`` in every mode; a run then switches it to its
+    request's ``time_zone`` for as long as it runs (:func:`session_time_zone`).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -40,12 +42,55 @@ def get_spark(settings: Settings) -> SparkSession:
         spark = SparkSession.builder.appName(settings.spark.app_name).getOrCreate()
     else:
         spark = build_local_session(settings)
-    spark.conf.set("spark.sql.session.timeZone", settings.time_zone)
+    spark.conf.set(SESSION_TIME_ZONE, settings.time_zone)
     # Delta's SQL parser drops named parameters under Spark 4.1 (delta-io/delta#7640, apache/spark#55392), so
     # `:range_start` in a source SQL would stay unbound; the legacy substitution binds them before parsing.
     spark.conf.set("spark.sql.legacy.parameterSubstitution.constantsOnly", "true")
     _keep_file_lists_out_of_checksums(spark)
     return spark
+
+
+#: The Spark conf of the session time zone: the zone SQL turns timestamps into dates, hours and text in
+#: (``to_date(ts)``, ``hour(ts)``, ``CAST(ts AS STRING)``), fixed in each expression when its query is analysed.
+SESSION_TIME_ZONE = "spark.sql.session.timeZone"
+
+
+@contextlib.contextmanager
+def session_time_zone(spark: SparkSession, zone: str, where: str):
+    """Run the block with the session time zone ``zone`` (an IANA name), then put back the zone it had.
+
+    Every SQL the block analyses derives local dates and hours in ``zone``; a DataFrame analysed before keeps
+    the zone it was analysed in (Spark fixes it in each expression at analysis). The conf belongs to the
+    session, not the thread: every thread of the session sees ``zone`` meanwhile, so callers switch only where
+    no other thread analyses SQL that depends on the zone.
+
+    Raises
+    ------
+    IntakeError
+        When the session refuses ``zone`` (a zone the JVM's time-zone database lacks, or a platform that does not
+        let the zone change), naming ``where`` (the request or run), both zones and Spark's reason; the session
+        keeps its zone and nothing has been written.
+    """
+    previous = spark.conf.get(SESSION_TIME_ZONE)
+    if previous == zone:
+        yield
+        return
+    try:
+        spark.conf.set(SESSION_TIME_ZONE, zone)
+        taken = spark.conf.get(SESSION_TIME_ZONE)
+    except Exception as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise IntakeError(f"{where}: time_zone {zone}: the Spark session (time zone {previous}) cannot run in it: "
+                          f"{reason}; nothing written") from exc
+    if taken != zone:
+        with contextlib.suppress(Exception):
+            spark.conf.set(SESSION_TIME_ZONE, previous)
+        raise IntakeError(f"{where}: time_zone {zone}: the Spark session (time zone {previous}) cannot run in it: "
+                          f"it kept time zone {taken}; nothing written")
+    try:
+        yield
+    finally:
+        spark.conf.set(SESSION_TIME_ZONE, previous)
 
 
 #: Delta conf: store a small table's file list in each commit's checksum (``.crc``) file.
@@ -121,7 +166,7 @@ def build_local_session(settings: Settings) -> SparkSession:
         .config("spark.sql.extensions", DELTA_EXTENSION)
         .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
         .config("spark.sql.warehouse.dir", str(settings.warehouse_dir))
-        .config("spark.sql.session.timeZone", settings.time_zone)
+        .config(SESSION_TIME_ZONE, settings.time_zone)
         # Batches run as concurrent jobs; FAIR shares the executors between them instead of first-come.
         .config("spark.scheduler.mode", "FAIR")
         .config(

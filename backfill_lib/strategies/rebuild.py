@@ -9,6 +9,7 @@ from backfill_lib.partitions import quote_ident
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.publish import check_fence, find_version, idempotent_commit
 from backfill_lib.schema_guard import ColumnCast
+from backfill_lib.spark import session_time_zone
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.strategies.commit_check import Published
 from backfill_lib.tables import partition_stats
@@ -31,9 +32,13 @@ class Rebuild(StrategyImpl):
 
     def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame, staging=None,
               before_write=lambda: None) -> dict[str, int]:
-        """Create the staging table from the whole source (it is the run's own table, so replacing it is scoped)."""
+        """Create the staging table from the whole source (it is the run's own table, so replacing it is scoped).
+
+        ``df`` was analysed in the run's time zone; it is written in the plan's ``write_time_zone`` because the
+        staging table is partitioned by the plan's column (see :attr:`BackfillPlan.write_time_zone`)."""
         before_write()
-        df.writeTo(plan.staging_table).using("delta").partitionedBy(plan.partition_column).createOrReplace()
+        with session_time_zone(spark, plan.write_time_zone, f"run {plan.run_id}"):
+            df.writeTo(plan.staging_table).using("delta").partitionedBy(plan.partition_column).createOrReplace()
         return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_column).items() if k}
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
