@@ -6,6 +6,7 @@ MERGE that records only the rows that differ and leaves the same rows as the rep
 """
 
 import json
+import logging
 
 import pytest
 from chispa import assert_df_equality
@@ -50,7 +51,7 @@ def changes(spark, table: str, version: int) -> list[tuple]:
     return sorted(tuple(r) for r in rows)
 
 
-def test_default_publish_emits_a_delete_and_an_insert_for_every_row_and_says_so(spark, settings, db, tmp_path):
+def test_default_publish_emits_a_delete_and_an_insert_for_every_row_and_says_so(spark, settings, db, tmp_path, caplog):
     cdf_events(spark, db, [(3, D9, 3), (4, D9, 4), (5, D9, 50)])  # one row of three changes
     request = events_request(tmp_path, db, sql=AS_IS_SQL.format(db=db))
     plan, state = prepare(spark, settings, request)
@@ -62,9 +63,12 @@ def test_default_publish_emits_a_delete_and_an_insert_for_every_row_and_says_so(
             "from the Delta log) + insert (one per staged row, known after staging)") in text
 
     before = current_version(spark, f"{db}.events")
-    result = quiet_runner(spark, settings).run(plan, state)
+    with caplog.at_level(logging.INFO, logger="backfill.run"):
+        result = quiet_runner(spark, settings).run(plan, state)
 
     assert result.status == "published" and result.published_version == before + 1
+    assert ("change data feed: on (delta.enableChangeDataFeed): one replaceWhere commit emits 6 change rows: 3 delete"
+            in caplog.text)
     version = result.published_version
     assert changes(spark, f"{db}.events", version) == sorted(
         [("delete", i, D9, i) for i in (3, 4, 5)] + [("insert", 3, D9, 3), ("insert", 4, D9, 4), ("insert", 5, D9, 50)])
