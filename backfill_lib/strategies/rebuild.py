@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from backfill_lib.ledger import Check
 from backfill_lib.partitions import quote_ident
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.publish import check_fence, find_version, idempotent_commit
 from backfill_lib.schema_guard import ColumnCast
+from backfill_lib.staging import staging_properties
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.strategies.commit_check import Published
 from backfill_lib.tables import partition_stats
@@ -32,8 +34,12 @@ class Rebuild(StrategyImpl):
     def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame, staging=None,
               before_write=lambda: None) -> dict[str, int]:
         """Create the staging table from the whole source (it is the run's own table, so replacing it is scoped)."""
+        properties = staging_properties(spark, plan.target_table)  # column mapping, as the target's
         before_write()
-        df.writeTo(plan.staging_table).using("delta").partitionedBy(plan.partition_column).createOrReplace()
+        writer = df.writeTo(plan.staging_table).using("delta").partitionedBy(F.col(quote_ident(plan.partition_column)))
+        for key, value in properties.items():
+            writer = writer.tableProperty(key, value)
+        writer.createOrReplace()
         return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_column).items() if k}
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
