@@ -22,6 +22,7 @@ from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, Inte
 from backfill_lib.errors import BackfillError, IntakeError
 from backfill_lib.ledger import Check
 from backfill_lib.partition_keys import PartitionKeys, keys_of
+from backfill_lib.partitions import quote_ident
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,8 @@ def diff_by_key(
     types = {c: (staged.schema[c].dataType, current.schema[c].dataType) for c in value_columns}
     # Positional aliases keep the two sides apart whatever the user's column names are.
     cols = [*keys, *value_columns]
-    s = staged.select(F.lit(True).alias("s_in"), *[F.col(c).alias(f"s{i}") for i, c in enumerate(cols)])
-    t = current.select(F.lit(True).alias("t_in"), *[F.col(c).alias(f"t{i}") for i, c in enumerate(cols)])
+    s = staged.select(F.lit(True).alias("s_in"), *[F.col(quote_ident(c)).alias(f"s{i}") for i, c in enumerate(cols)])
+    t = current.select(F.lit(True).alias("t_in"), *[F.col(quote_ident(c)).alias(f"t{i}") for i, c in enumerate(cols)])
     on = reduce(lambda a, b: a & b, [F.col(f"s{i}").eqNullSafe(F.col(f"t{i}")) for i in range(len(keys))])
     joined = s.join(t, on, "full_outer")
 

@@ -29,6 +29,7 @@ from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, Inte
 from backfill_lib.errors import IntakeError
 from backfill_lib.ledger import Check
 from backfill_lib.partition_keys import PartitionKeys, keys_of
+from backfill_lib.partitions import quote_ident
 
 # Python's default decimal context keeps 28 significant digits; decimal(38,x) sums and checksums have more, and
 # a subtraction rounded to 28 digits would hide a difference of 1. 100 digits is exact for every Spark decimal.
@@ -108,21 +109,26 @@ def check_columns(schema: StructType, spec: MetricSpec, where: str) -> None:
             )
 
 
+def _col(name: str) -> Column:
+    """Column ``name``, quoted: a name may hold a dot (it is not a struct field)."""
+    return F.col(quote_ident(name))
+
+
 def _aggregates(df: DataFrame, spec: MetricSpec) -> list[Column]:
     types = {f.name: f.dataType for f in df.schema.fields}
     aggs = [F.count(F.lit(1)).alias("row_count")] if spec.row_count else []
-    aggs += [F.count_if(F.col(c).isNull()).alias(f"null_count({c})") for c in spec.null_count]
+    aggs += [F.count_if(_col(c).isNull()).alias(f"null_count({c})") for c in spec.null_count]
     for c in spec.nan_count:
         # isnan on a non-float column would cast it to double; NaN cannot occur there, so count 0.
         is_float = isinstance(types[c], (FloatType, DoubleType))
-        aggs.append((F.count_if(F.isnan(c)) if is_float else F.lit(0)).alias(f"nan_count({c})"))
+        aggs.append((F.count_if(F.isnan(_col(c))) if is_float else F.lit(0)).alias(f"nan_count({c})"))
     for c in spec.sum:
-        col = F.col(c) if isinstance(types[c], DecimalType) else F.col(c).cast("decimal(38,0)")
-        aggs.append(F.sum(col).alias(f"sum({c})"))
+        exact = _col(c) if isinstance(types[c], DecimalType) else _col(c).cast("decimal(38,0)")
+        aggs.append(F.sum(exact).alias(f"sum({c})"))
     for c in spec.min_max:
-        aggs += [F.min(c).alias(f"min({c})"), F.max(c).alias(f"max({c})")]
+        aggs += [F.min(_col(c)).alias(f"min({c})"), F.max(_col(c)).alias(f"max({c})")]
     if spec.checksum:
-        hashed = F.xxhash64(*[F.col(c) for c in spec.checksum]).cast("decimal(38,0)")
+        hashed = F.xxhash64(*[_col(c) for c in spec.checksum]).cast("decimal(38,0)")
         aggs.append(F.sum(hashed).alias(checksum_name(spec.checksum)))
     return aggs
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from backfill_lib.partitions import Grain, partition_of_key
+from backfill_lib.partitions import Grain, partition_of_key, quote_ident
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -36,9 +36,10 @@ class PartitionKeys:
         """A string column Spark can group by: the date for day and month, an ISO instant for hour."""
         from pyspark.sql import functions as F
 
+        column = F.col(quote_ident(self.column))  # quoted: a name may hold a dot (not a struct field)
         if self.grain is Grain.HOUR:
-            return F.date_format(F.col(self.column), _INSTANT)
-        return F.col(self.column).cast("string")
+            return F.date_format(column, _INSTANT)
+        return column.cast("string")
 
     def key(self, raw: str | None) -> str | None:
         """The plan key of one value :meth:`expr` produced (``None`` stays ``None``: a NULL partition value)."""

@@ -21,6 +21,7 @@ from rich.console import Console
 from backfill_lib.diff import diff_by_key
 from backfill_lib.diff import evaluate as evaluate_diff
 from backfill_lib.batch_stager import BatchStager
+from backfill_lib.constraints import applicable, constraint_checks
 from backfill_lib.errors import (
     BackfillError,
     CancelledError,
@@ -32,10 +33,11 @@ from backfill_lib.errors import (
 )
 from backfill_lib.faults import crash_point, monitor_failure
 from backfill_lib.gates import row_count_checks
+from backfill_lib.key_audit import unique_key_checks
 from backfill_lib.ledger import Check, Ledger, run_record
 from backfill_lib.metrics import compare as compare_metrics
 from backfill_lib.metrics import profile
-from backfill_lib.partitions import range_predicate
+from backfill_lib.partitions import quote_ident, range_predicate
 from backfill_lib.plan import BackfillPlan, Batch, build_plan, plan_from_summary
 from backfill_lib.progress import Reporter
 from backfill_lib.publish import committed_version, restore
@@ -611,7 +613,9 @@ class Runner:
                   sources: dict[str, list[Future]]) -> tuple[list[Check], list, dict | None]:
         """Audit the staged rows of the whole range at once (write-audit-publish): one GX validation, one
         aggregation per reconciliation or metric rule (against its source side, read by :meth:`_read_sources`),
-        one diff; every check still names its partition. Returns the checks, the diffs, and (for strategies that
+        one diff, one ``groupBy`` of the declared keys (each key once, null-safe: :mod:`~backfill_lib.key_audit`)
+        and one aggregation of the target's CHECK and NOT NULL constraints (:mod:`~backfill_lib.constraints`);
+        every check still names its partition (or the keys at fault). Returns the checks, the diffs, and (for strategies that
         replace partitions) the staged rows' per-partition checksums, computed alongside for the post-publish
         check.
 
@@ -635,7 +639,8 @@ class Runner:
                reporter: Reporter, sources: dict[str, list[Future]]) -> tuple[list[Check], list, dict | None]:
         # Independent read-only audits all run at once (the FAIR pool shares the cluster between them): on small
         # ranges each is mostly fixed Spark latency, which overlaps; one waiting for a thread would only add its own.
-        audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 2  # diff, checksums
+        # + 4: diff, checksums, keys, constraints
+        audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 4
         with ThreadPoolExecutor(audit_count, thread_name_prefix=f"{plan.run_id}-audit") as pool:
             def submit(fn, *args):
                 return pool.submit(in_pool, self.spark, fn, *args)
@@ -648,6 +653,8 @@ class Runner:
                                      rule, source))
             for rule, source in zip(plan.request.metric_rules, sources["metric_rules"]):
                 audits.append(submit(self._metric_rule, plan, scope, rule, staged, whole, source))
+            audits.append(submit(unique_key_checks, staged, plan.request.keys, plan.staging_table))
+            audits.append(submit(self._constraints, plan, staged))
             diffed = submit(self._diff, plan, staged, whole)
             summed = (submit(partition_fingerprints, staged, plan.partition_keys)
                       if strategy_for(plan.strategy).replaces_partitions else None)
@@ -663,6 +670,13 @@ class Runner:
         reporter.stage(f"validated: {passed} of {len(checks)} checks passed")
         return checks, list(diffs.values()), fingerprints
 
+    def _constraints(self, plan: BackfillPlan, staged) -> list[Check]:
+        """The target's CHECK and NOT NULL constraints (as the target holds them now: those its publishing commit
+        will meet) that apply to ``plan``'s strategy, evaluated on the staged rows."""
+        state = read_table_state(self.spark, plan.target_table, with_partitions=False)
+        return constraint_checks(staged, applicable(state.constraints, plan.strategy, plan.request.keys),
+                                 plan.partition_keys, plan.staging_table)
+
     def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged, whole: bool, source: Future) -> list[Check]:
         """``rule``'s metrics of the staged rows against its source side (``source``, from :meth:`_read_sources`)."""
         stg = profile(staged, plan.partition_keys, rule.metrics, where=plan.staging_table)
@@ -677,12 +691,14 @@ class Runner:
         if not whole:
             current = current.where(plan.predicate())
         if plan.strategy is Strategy.PATCH and not plan.request.delete_missing:
-            on = [current[k].eqNullSafe(staged[k]) for k in plan.request.keys]
-            current = current.join(staged.select(*plan.request.keys), on, "left_semi")
+            keys = [quote_ident(k) for k in plan.request.keys]  # quoted: a name may hold a dot
+            on = [current[k].eqNullSafe(staged[k]) for k in keys]
+            current = current.join(staged.select(*keys), on, "left_semi")
         shared = [c for c in current.columns if c in staged.columns]
         if any(k not in shared for k in plan.request.keys):
             return {}  # a rebuild that renamed a key: nothing to compare by key
         corrected = plan.request.diff_gate.allowed_changed_columns if plan.request.diff_gate else ()
+        shared = [quote_ident(c) for c in shared]
         return diff_by_key(staged.select(*shared), current.select(*shared), plan.request.keys, plan.partition_keys,
                            corrected_columns=corrected)
 

@@ -27,9 +27,10 @@ from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
 from backfill_lib.errors import SchemaMismatchError, StrayRowsError
+from backfill_lib.partitions import quote_ident
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.tables import Column
+from backfill_lib.tables import Column, column_mapping_mode
 
 #: The staging table's partition column: the plan's batch index (INT). Not a column of the target.
 BATCH_COLUMN = "_backfill_batch"
@@ -43,10 +44,12 @@ class StagingTable:
     (``replaceWhere`` on the batch and its partitions). Safe for concurrent batches.
     """
 
-    def __init__(self, plan: BackfillPlan, exists: bool):
+    def __init__(self, plan: BackfillPlan, exists: bool, properties: dict[str, str] | None = None):
         self.name = plan.staging_table
         self._exists = exists
         self._lock = threading.Lock()
+        #: table properties the table is created with (:func:`staging_properties`)
+        self.properties = {"delta.appendOnly": "false", **(properties or {})}
 
     def write(self, rows: DataFrame, condition: str) -> None:
         """Write ``rows`` (with ``_backfill_batch``), replacing the staged rows that meet ``condition``."""
@@ -54,8 +57,10 @@ class StagingTable:
             with self._lock:
                 if not self._exists:
                     # A new table has no rows to replace; Spark creates it with every column nullable.
-                    (rows.writeTo(self.name).using("delta").partitionedBy(F.col(BATCH_COLUMN))
-                     .tableProperty("delta.appendOnly", "false").create())
+                    writer = rows.writeTo(self.name).using("delta").partitionedBy(F.col(BATCH_COLUMN))
+                    for key, value in self.properties.items():
+                        writer = writer.tableProperty(key, value)
+                    writer.create()
                     self._exists = True
                     return
         # writeTo(...).overwrite(condition) is Delta's replaceWhere, without saveAsTable's catalog rewrite.
@@ -79,9 +84,24 @@ def open_staging_table(spark: SparkSession, plan: BackfillPlan) -> StagingTable:
             f"staging table {plan.staging_table} has no {BATCH_COLUMN} column (staged by an earlier delta-backfill): "
             f"run {plan.run_id} cannot continue in it; start a new run of the request"
         )
-    if not exists:
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {plan.staging_table.rsplit('.', 1)[0]}")
-    return StagingTable(plan, exists)
+    if exists:
+        return StagingTable(plan, exists)
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {plan.staging_table.rsplit('.', 1)[0]}")
+    return StagingTable(plan, exists, staging_properties(spark, plan.target_table))
+
+
+#: What a staging table of a column-mapped target is created with: name mapping and the protocol it needs
+#: (Delta protocol, "Column Mapping": reader version 2, writer version 5).
+COLUMN_MAPPING_PROPERTIES = {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2",
+                             "delta.minWriterVersion": "5"}
+
+
+def staging_properties(spark: SparkSession, target_table: str) -> dict[str, str]:
+    """The table properties a staging table of ``target_table`` inherits: column mapping by name when the target
+    maps columns (by name or id), since its column names may then hold characters Delta refuses in unmapped
+    tables (a space, ``,;{}()=``); nothing otherwise (one ``DESCRIBE DETAIL`` of the target, no Spark job)."""
+    properties = spark.sql(f"DESCRIBE DETAIL {target_table}").first()["properties"] or {}
+    return dict(COLUMN_MAPPING_PROPERTIES) if column_mapping_mode(properties) != "none" else {}
 
 
 def check_reserved_column(target_table: str, target: tuple[Column, ...], source_sql: str,
@@ -108,7 +128,8 @@ def staged_rows(spark: SparkSession, staging_table: str) -> DataFrame:
 
 def aligned(df: DataFrame, casts: tuple[ColumnCast, ...]) -> DataFrame:
     """``df`` with the target's columns in the target's order, widened columns cast explicitly."""
-    return df.select([F.col(c.name).cast(c.type).alias(c.name) if c.cast else F.col(c.name) for c in casts])
+    cols = [F.col(quote_ident(c.name)) for c in casts]  # quoted: a name may hold a dot (not a struct field)
+    return df.select([col.cast(c.type).alias(c.name) if c.cast else col for col, c in zip(cols, casts)])
 
 
 def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: StagingTable,

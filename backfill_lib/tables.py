@@ -40,6 +40,41 @@ class PartitionStats:
     fingerprint: str = ""
 
 
+#: Table property prefix of Delta's CHECK constraints: ``delta.constraints.<name>`` holds the expression's SQL.
+CHECK_PROPERTY_PREFIX = "delta.constraints."
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A constraint Delta enforces on every row written to a table (Delta protocol, "Column Invariants" and
+    "CHECK Constraints"): a ``CHECK`` named ``name`` whose SQL is ``expression``, or, with ``column`` set, the
+    column's ``NOT NULL``.
+
+    Delta refuses a row when a CHECK expression is false *or NULL* (verified on Delta 4.4: ``CHECK (v >= 0)``
+    refuses ``v = NULL``), unlike SQL's table constraints; :attr:`label` is how checks name it.
+    """
+
+    name: str
+    expression: str | None = None
+    column: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``c: CHECK (v >= 0)`` or ``NOT NULL v``."""
+        if self.column is not None:
+            return f"NOT NULL {self.column}"
+        return f"{self.name}: CHECK ({self.expression})"
+
+
+def constraints_of(properties: dict[str, str], columns: tuple[Column, ...]) -> tuple[Constraint, ...]:
+    """The CHECK constraints among a Delta table's ``properties`` (by name) and a ``NOT NULL`` per non-nullable
+    top-level column of ``columns`` (in column order). Pure."""
+    checks = sorted((k[len(CHECK_PROPERTY_PREFIX):], v) for k, v in (properties or {}).items()
+                    if k.lower().startswith(CHECK_PROPERTY_PREFIX))
+    return (tuple(Constraint(name, expression) for name, expression in checks)
+            + tuple(Constraint(c.name, column=c.name) for c in columns if not c.nullable))
+
+
 @dataclass(frozen=True)
 class TableState:
     """A Delta table as of one version.
@@ -47,6 +82,9 @@ class TableState:
     ``partitions`` maps Delta partition-value strings (``YYYY-MM-DD`` for a date column) of the first partition
     column to their stats. ``change_data_feed`` is whether the table property ``delta.enableChangeDataFeed`` is
     ``true``: every commit then also records its changed rows for ``table_changes`` / ``readChangeFeed``.
+    ``constraints`` are the CHECK and NOT NULL constraints Delta enforces on writes
+    (:func:`constraints_of`); ``column_mapping`` is the table's ``delta.columnMapping.mode`` (``none``, ``name``
+    or ``id``).
     """
 
     name: str
@@ -56,6 +94,8 @@ class TableState:
     partition_columns: tuple[str, ...]
     partitions: dict[str, PartitionStats] = field(default_factory=dict)
     change_data_feed: bool = False
+    constraints: tuple[Constraint, ...] = ()
+    column_mapping: str = "none"
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -214,7 +254,7 @@ def add_files(spark: SparkSession, snapshot) -> DataFrame:
 
 
 def read_table_state(spark: SparkSession, name: str, with_partitions: bool = True) -> TableState:
-    """Read ``name``'s version, schema, partition columns, whether its Change Data Feed is on and (optionally)
+    """Read ``name``'s version, schema, partition columns, whether its Change Data Feed is on, constraints, column mapping mode and (optionally)
     per-partition stats.
 
     Raises
@@ -237,7 +277,14 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     partitions: dict[str, PartitionStats] = {}
     if with_partitions and partition_columns:
         partitions = partition_stats(spark, name, partition_columns[0], snapshot)
-    return TableState(name, detail["location"], version, columns, partition_columns, partitions, change_data_feed)
+    return TableState(name, detail["location"], version, columns, partition_columns, partitions,
+                      change_data_feed=change_data_feed, constraints=constraints_of(properties, columns),
+                      column_mapping=column_mapping_mode(properties))
+
+
+def column_mapping_mode(properties: dict[str, str]) -> str:
+    """A Delta table's column mapping mode from its ``properties``: ``none``, ``name`` or ``id``. Pure."""
+    return (properties or {}).get("delta.columnMapping.mode", "none").lower()
 
 
 def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None) -> dict[str, PartitionStats]:

@@ -12,6 +12,7 @@ from backfill_lib.change_feed import ChangeRows, describe_change_feed
 from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.ledger import Check
 from backfill_lib.partition_keys import PartitionKeys
+from backfill_lib.partitions import quote_ident
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.staging import StagingTable, stage_batch, staged_rows
@@ -78,7 +79,7 @@ def partition_fingerprints(df: DataFrame, keys: PartitionKeys) -> dict[str, tupl
 
     The sum is order-independent, so two sides with the same rows in any order and file layout match.
     """
-    cols = [F.col(c) for c in sorted(df.columns)]
+    cols = [F.col(quote_ident(c)) for c in sorted(df.columns)]
     rows = (
         df.groupBy(keys.expr().alias("p"))
         .agg(F.count("*").alias("n"), F.sum(F.xxhash64(*cols).cast("decimal(38,0)")).alias("h"))

@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.ledger import Check
+from backfill_lib.partitions import quote_ident
 from backfill_lib.plan import BackfillPlan, stats_by_key
 from backfill_lib.tables import (PartitionStats, commit_actions, file_set_fingerprint, latest_snapshot,
                                  partition_value_key)
@@ -55,7 +56,7 @@ def observed(df: DataFrame) -> tuple[DataFrame, Observation]:
     """``df`` with an observation of its row count and checksum, taken as the rows flow into the write (no
     extra Spark job); read it with :func:`written` after the write."""
     observation = Observation()  # a unique name: writes of several runs may share a session
-    columns = [F.col(c) for c in sorted(df.columns)]
+    columns = [F.col(quote_ident(c)) for c in sorted(df.columns)]
     return df.observe(observation, F.count(F.lit(1)).alias("rows"),
                       F.sum(F.xxhash64(*columns).cast("decimal(38,0)")).alias("checksum")), observation
 

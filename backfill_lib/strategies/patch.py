@@ -1,32 +1,21 @@
-"""patch: corrected rows for given keys; publish is one MERGE on the null-safe keys plus the range literal."""
+"""patch: corrected rows for given keys; publish is one MERGE on the null-safe keys plus the range literal.
+
+Duplicate source keys would make the MERGE fail (or update a row twice): validation refuses them for every
+strategy (:mod:`backfill_lib.key_audit`), before publishing."""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.errors import DuplicateKeyError
 from backfill_lib.ledger import Check
 from backfill_lib.partitions import quote_ident, range_predicate
-from backfill_lib.plan import BackfillPlan, Batch
+from backfill_lib.plan import BackfillPlan
 from backfill_lib.publish import check_fence, find_version, idempotent_commit
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.staging import staged_rows
 from backfill_lib.strategies.base import StrategyImpl
 from backfill_lib.strategies.commit_check import Published
-
-#: How many duplicated keys an error message lists.
-LISTED_KEYS = 5
-
-
-def duplicate_keys(df: DataFrame, keys: tuple[str, ...]) -> list[tuple[dict, int]]:
-    """Keys (null-safe: NULL parts group together) that occur more than once in ``df``, with their counts."""
-    rows = df.groupBy(*keys).count().where("count > 1").orderBy(F.col("count").desc(), *keys).limit(LISTED_KEYS + 1)
-    return [({k: r[k] for k in keys}, int(r["count"])) for r in rows.collect()]
-
-
-def _key_text(key: dict) -> str:
-    return ", ".join(f"{k}={'NULL' if v is None else v}" for k, v in key.items())
 
 
 class Patch(StrategyImpl):
@@ -44,17 +33,6 @@ class Patch(StrategyImpl):
             f"by a range literal; rows whose values changed are updated and new keys inserted{delete}"
         )
 
-    def check_batch(self, plan: BackfillPlan, batch: Batch, df: DataFrame) -> None:
-        """Refuse source rows with duplicated keys, naming the keys and their counts."""
-        dups = duplicate_keys(df, plan.request.keys)
-        if dups:
-            listed = "; ".join(f"{_key_text(k)} ({n} times)" for k, n in dups[:LISTED_KEYS])
-            more = " and more" if len(dups) > LISTED_KEYS else ""
-            raise DuplicateKeyError(
-                f"source {plan.request.source.sql} has duplicate keys for {plan.target_table} in batch {batch.index}: "
-                f"{listed}{more}; nothing written"
-            )
-
     def merge_condition(self, plan: BackfillPlan) -> str:
         keys = " AND ".join(f"t.{quote_ident(k)} <=> s.{quote_ident(k)}" for k in plan.request.keys)
         return f"{keys} AND {range_predicate(plan.partition_column, plan.range_start, plan.range_end, 't')}"
@@ -65,7 +43,8 @@ class Patch(StrategyImpl):
 
         pre = check_fence(spark, plan)
         columns = [c.name for c in casts]
-        staged = staged_rows(spark, plan.staging_table).where(plan.predicate()).select(*columns)
+        staged = (staged_rows(spark, plan.staging_table).where(plan.predicate())
+                  .select(*[F.col(quote_ident(c)) for c in columns]))
         values = [c for c in columns if c not in plan.request.keys]
         changed = " OR ".join(f"NOT (t.{quote_ident(c)} <=> s.{quote_ident(c)})" for c in values) or "false"
         merge = (
@@ -88,12 +67,12 @@ class Patch(StrategyImpl):
         predicate = plan.predicate()
         staged = staged_rows(spark, plan.staging_table).where(predicate)
         published = spark.read.option("versionAsOf", version).table(plan.target_table).where(predicate)
-        published = published.select(*staged.columns)
+        published = published.select(*[F.col(quote_ident(c)) for c in staged.columns])
         missing = staged.exceptAll(published).count()
         checks = [Check("post_publish", "staged_rows_present", missing == 0, None, None, f"{missing} rows missing", "0",
                         None if missing == 0 else f"{missing} staged rows are not in version {version} as staged")]
         if plan.request.delete_missing:
-            on = [published[k].eqNullSafe(staged[k]) for k in plan.request.keys]
+            on = [published[quote_ident(k)].eqNullSafe(staged[quote_ident(k)]) for k in plan.request.keys]
             extra = published.join(staged, on, "left_anti").count()
             checks.append(Check("post_publish", "no_rows_beyond_staged_keys", extra == 0, None, None, f"{extra} rows", "0",
                                 None if extra == 0 else f"{extra} published rows in range have keys the source lacks"))

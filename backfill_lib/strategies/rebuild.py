@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from backfill_lib.ledger import Check
 from backfill_lib.partitions import quote_ident
@@ -10,6 +11,7 @@ from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.publish import check_fence, find_version, idempotent_commit
 from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.spark import session_time_zone
+from backfill_lib.staging import staging_properties
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.strategies.commit_check import Published
 from backfill_lib.tables import partition_stats
@@ -36,9 +38,13 @@ class Rebuild(StrategyImpl):
 
         ``df`` was analysed in the run's time zone; it is written in the plan's ``write_time_zone`` because the
         staging table is partitioned by the plan's column (see :attr:`BackfillPlan.write_time_zone`)."""
+        properties = staging_properties(spark, plan.target_table)  # column mapping, as the target's
         before_write()
+        writer = df.writeTo(plan.staging_table).using("delta").partitionedBy(F.col(quote_ident(plan.partition_column)))
+        for key, value in properties.items():
+            writer = writer.tableProperty(key, value)
         with session_time_zone(spark, plan.write_time_zone, f"run {plan.run_id}"):
-            df.writeTo(plan.staging_table).using("delta").partitionedBy(plan.partition_column).createOrReplace()
+            writer.createOrReplace()
         return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_column).items() if k}
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:

@@ -6,6 +6,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.change_feed import ChangeRows
+from backfill_lib.partitions import quote_ident
 from backfill_lib.plan import BackfillPlan
 from backfill_lib.publish import check_fence, find_version, publish_options
 from backfill_lib.schema_guard import ColumnCast
@@ -56,8 +57,8 @@ class Recompute(StrategyImpl):
         rows, observation = observed(
             staged_rows(spark, plan.staging_table)
             .where(predicate)
-            .select(*[c.name for c in casts])
-            .repartition(tasks, plan.partition_column)
+            .select(*[F.col(quote_ident(c.name)) for c in casts])
+            .repartition(tasks, F.col(quote_ident(plan.partition_column)))
         )
         writer = rows.writeTo(plan.target_table).options(**publish_options(plan))
         if any(c.new for c in casts):
