@@ -286,6 +286,9 @@ def build_plan(
     A rebuild without a range touches every partition the target has now (from the Delta log), in one batch:
     the whole table is re-created at once.
 
+    The plan's ``session_time_zone`` is the request's ``time_zone``: the run's SQL runs in it, not in the
+    settings' zone.
+
     Raises
     ------
     IntakeError
