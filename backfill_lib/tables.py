@@ -11,6 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -221,7 +222,12 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     """
     if not table_exists(spark, name):
         raise IntakeError(f"table {name} does not exist")
-    detail = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]
+    try:
+        detail = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]
+    except AnalysisException as exc:  # a view (EXPECT_TABLE_NOT_VIEW), or a table Delta cannot describe
+        kind = "a view" if _is_view(spark, name) else "not a Delta table"
+        first = next((line for line in str(exc).splitlines() if line.strip()), "").strip()
+        raise IntakeError(f"table {name} is {kind}; a backfill writes Delta tables only ({first})") from None
     if detail["format"] != "delta":
         raise IntakeError(f"table {name} is not a Delta table (format {detail['format']})")
     schema = spark.table(name).schema
@@ -233,6 +239,13 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     if with_partitions and partition_columns:
         partitions = partition_stats(spark, name, partition_columns[0], snapshot)
     return TableState(name, detail["location"], version, columns, partition_columns, partitions)
+
+
+def _is_view(spark: SparkSession, name: str) -> bool:
+    try:
+        return spark.catalog.getTable(name).tableType in ("VIEW", "TEMPORARY")
+    except Exception:
+        return False
 
 
 def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None) -> dict[str, PartitionStats]:
