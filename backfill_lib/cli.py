@@ -306,10 +306,17 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
 @app.command()
 def report(run_id: Annotated[str, typer.Argument(help="The run ID.")]) -> None:
     """Write the run's HTML report and Markdown summary (under the local folder's runs/RUN_ID/)."""
+    from backfill_lib.errors import RunNotFoundError
+    from backfill_lib.ledger import Ledger
     from backfill_lib.run_report import write_run_report
 
     settings = _settings()
-    html, md = write_run_report(_spark(settings), settings, run_id)
+    spark = _spark(settings)
+    ledger = Ledger(spark, settings.ledger_schema)
+    if not spark.catalog.tableExists(ledger.table("runs")):  # read-only: the ledger is not created for a report
+        raise RunNotFoundError(f"run {run_id} not found: ledger {ledger.table('runs')} does not exist yet (no run "
+                               "was recorded)")
+    html, md = write_run_report(spark, settings, run_id)
     console.print(f"report: {html}\nsummary: {md}", highlight=False)
 
 
@@ -345,6 +352,20 @@ def quiet_spark_query_errors() -> None:
     PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
 
 
+#: The longest error line the command prints (an echoed input, a Spark plan or a stack never floods a log).
+MESSAGE_LIMIT = 500
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+
+
+def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """The first non-blank line of ``text``, cut to ``limit`` characters (ending ``...`` when cut)."""
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``backfill`` console script and of ``jobs/backfill_job.py``; returns the exit code."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
@@ -361,14 +382,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BackfillError as exc:
-        err_console.print(f"error: {exc}", highlight=False, soft_wrap=True)
+        err_console.print(one_line(f"error: {exc}"), highlight=False, soft_wrap=True, markup=False)
         return exc.exit_code
     except Exception as exc:  # the one place unexpected errors are turned into an exit code
         if _State.debug:
             raise
-        first = (str(exc).strip().splitlines() or [""])[0]
-        err_console.print(f"error: unexpected {type(exc).__name__}: {first} (rerun with --debug for the traceback)",
-                          highlight=False, soft_wrap=True)
+        hint = " (rerun with --debug for the traceback)"
+        line = one_line(f"error: unexpected {type(exc).__name__}: {_first_line(exc)}", MESSAGE_LIMIT - len(hint))
+        err_console.print(line + hint, highlight=False, soft_wrap=True, markup=False)
         return 1
 
 

@@ -19,6 +19,8 @@ from backfill_lib.diff import DiffGate
 from backfill_lib.errors import PartitionError, RequestError
 from backfill_lib.metrics import MetricSpec
 from backfill_lib.partitions import Grain, half_open, zone
+from backfill_lib.safe_yaml import load as load_yaml
+from backfill_lib.sql_text import single_query
 
 _TABLE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){0,2}$")
 
@@ -106,6 +108,11 @@ class SourceMetric(_Frozen):
     partition_column: str
     metric: str
 
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        return check_table_name(value)
+
 
 class ReconciliationRule(_Frozen):
     """``metric`` on the staged rows must equal ``source.metric`` per partition, within ``tolerance``.
@@ -125,6 +132,11 @@ class SourceTable(_Frozen):
 
     table: str
     partition_column: str
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        return check_table_name(value)
 
 
 class MetricRule(_Frozen):
@@ -264,6 +276,10 @@ class BackfillRequest(_Frozen):
             half_open(self.range.start, self.range.end, self.target.grain, self.time_zone)
         except PartitionError as exc:
             raise ValueError(f"range: {exc}") from exc
+        except (OverflowError, ValueError):  # a bound next to date.min or date.max: its exclusive end is no date
+            raise ValueError(f"range: {self.range.start.isoformat()} .. {self.range.end.isoformat()}: a partition bound "
+                             f"(the exclusive end included) would fall outside {date.min.isoformat()} .. "
+                             f"{date.max.isoformat()}") from None
         return self
 
     def mart_request(self, mart: Mart) -> "BackfillRequest":
@@ -287,10 +303,16 @@ class BackfillRequest(_Frozen):
         return half_open(self.range.start, self.range.end, self.target.grain, self.time_zone)
 
 
+def _shown(value: object, limit: int = 60) -> str:
+    """``value`` as an error message may echo it: its repr, cut to ``limit`` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _describe(err: dict) -> str:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "enum":
-        msg = f"{msg}, got '{err['input']}'"
+        msg = f"{msg}, got '{_shown(err['input'])}'"
     field = _field_of(err)
     named = re.match(r"^(\w+): (.*)$", msg)
     if not field and named:  # a whole-model check names its field as a prefix
@@ -318,7 +340,9 @@ def load_request(path: str | Path) -> BackfillRequest:
     if not path.is_file():
         raise RequestError(f"{path}: request file not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(read_utf8(path))
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"{path}: {not_utf8(exc)}") from None
     except yaml.YAMLError as exc:
         raise RequestError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(data, dict):
@@ -336,4 +360,22 @@ def load_request(path: str | Path) -> BackfillRequest:
     for field, file in files:
         if file is not None and not Path(file).is_file():
             raise RequestError(f"{path}: field '{field}': file {file} not found")
+    for field, file in files:
+        if field.endswith("sql"):  # before Spark starts; Spark's parser checks again (sources.check_query)
+            try:
+                single_query(read_utf8(Path(file)), f"{file}")
+            except UnicodeDecodeError as exc:
+                raise RequestError(f"{path}: field '{field}': file {file}: {not_utf8(exc)}") from None
+            except ValueError as exc:
+                raise RequestError(f"{path}: field '{field}': {exc}") from None
     return request
+
+
+def read_utf8(path: Path) -> str:
+    """The text of ``path`` decoded as UTF-8 (``UnicodeDecodeError`` otherwise)."""
+    return path.read_bytes().decode("utf-8")
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """What a decoding error says about a file: the first bad byte and its offset."""
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"

@@ -45,6 +45,7 @@ from backfill_lib.reconcile import reconcile_batch, source_metric
 from backfill_lib.release import check_protected, check_rollback_ready, later_commits, rollback_until
 from backfill_lib.retry import with_conflict_retry
 from backfill_lib.request import Strategy, load_request, mart_order
+from backfill_lib.rule_checks import check_rules
 from backfill_lib.run_report import RunOutcome, diff_rows, ledger_outcome, write_run_report
 from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.schema_guard import ColumnCast, align
@@ -76,6 +77,16 @@ class RunResult:
         return tuple(c for c in self.checks if not c.success)
 
 
+def failure_message(exc: BaseException, limit: int = 500) -> str:
+    """The one-line message recorded for a failed run: a :class:`BackfillError`'s first line, any other error's
+    type and first line (``unexpected Py4JJavaError: ...``), at most ``limit`` characters."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if not isinstance(exc, BackfillError):
+        text = f"unexpected {type(exc).__name__}: {text}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _utc() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -102,6 +113,7 @@ def prepare(
         inputs = pool.submit(in_pool, spark, lambda: source_input(spark, source_frame(spark, request, *bounds)))
         state = state_read.result()
         found = inputs.result()
+    check_rules(spark, request, str(request_path))  # in `backfill plan` too: a bad rule never reaches staging
     plan = build_plan(
         request,
         state,
@@ -117,13 +129,16 @@ def prepare(
 
 
 def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[ColumnCast, ...]:
-    """Intake against the live source: analyse the source SQL (no data read) and align it to the target.
+    """Intake against the live source: analyse the source SQL (no data read), check every rule's tables, columns
+    and expressions (:func:`~backfill_lib.rule_checks.check_rules`), and align the source to the target.
 
     A rebuild may change the schema, so its source only has to provide the partition column (of the grain's
     type) and the keys; its columns are taken as they are.
     """
     bounds = (plan.batches[0].start, plan.batches[0].end) if plan.request.range else (None, None)
-    schema = source_frame(spark, plan.request, *bounds).schema
+    frame = source_frame(spark, plan.request, *bounds)
+    schema = frame.schema
+    check_rules(spark, plan.request, plan.request_path, frame)
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
     where = str(plan.request.source.sql)
     if plan.strategy is not Strategy.REBUILD:
@@ -359,8 +374,8 @@ class Runner:
             self.ledger.record_run(record, "cancelled", message=str(exc))
             reporter.stage(str(exc))
             raise
-        except BackfillError as exc:
-            self.ledger.record_run(record, "failed", message=str(exc))
+        except Exception as exc:  # a Spark or Python error too: the run never stays in a non-final status
+            self.ledger.record_run(record, "failed", message=failure_message(exc))
             raise
 
     def _stop_if_cancelled(self, plan: BackfillPlan, where: str) -> None:
@@ -424,8 +439,8 @@ class Runner:
             else:
                 reporter.stage(f"found this run's commit: {plan.target_table} version {version}")
             pre = version - 1  # the table as it was just before this run's commit, whoever committed before it
-        except BackfillError as exc:
-            self.ledger.record_run(record, "failed", message=str(exc))
+        except Exception as exc:
+            self.ledger.record_run(record, "failed", message=failure_message(exc))
             raise
         # Two independent reads at once: the commit's retention horizon (history, properties) and the check.
         with ThreadPoolExecutor(1, thread_name_prefix=f"{plan.run_id}-retention") as pool:
@@ -497,8 +512,8 @@ class Runner:
             failed = [c for c in monitored if not c.success]
             if failed:
                 raise PublishError(f"monitor: {failed[0].describe()}")
-        except BackfillError as exc:
-            message = self._restore_all(plan, results, f"release failed: {exc}", reporter)
+        except Exception as exc:  # a Spark error in a mart too: what this run published is restored
+            message = self._restore_all(plan, results, f"release failed: {failure_message(exc)}", reporter)
             raise RolledBackError(f"run {plan.run_id} rolled back: {message}") from exc
         return tuple(results), monitored
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from backfill_lib.errors import ConfigError
 from backfill_lib.plan import DEFAULT_BATCH_BYTES
+from backfill_lib.safe_yaml import load as load_yaml
 
 DEFAULT_SETTINGS_PATH = Path("conf/settings.yml")
 HOME_ENV = "BACKFILL_HOME"
@@ -114,7 +115,10 @@ def load_settings(path: str | Path | None = None) -> Settings:
     data: dict = {}
     if chosen.exists():
         try:
-            data = yaml.safe_load(chosen.read_text()) or {}
+            data = load_yaml(chosen.read_bytes().decode("utf-8")) or {}
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{chosen}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                              f"{exc.start})") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"{chosen}: not valid YAML: {str(exc).splitlines()[0]}") from exc
         if not isinstance(data, dict):

@@ -11,6 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -264,7 +265,12 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     """
     if not table_exists(spark, name):
         raise IntakeError(f"table {name} does not exist")
-    detail = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]
+    try:
+        detail = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]
+    except AnalysisException as exc:  # a view (EXPECT_TABLE_NOT_VIEW), or a table Delta cannot describe
+        kind = "a view" if _is_view(spark, name) else "not a Delta table"
+        first = next((line for line in str(exc).splitlines() if line.strip()), "").strip()
+        raise IntakeError(f"table {name} is {kind}; a backfill writes Delta tables only ({first})") from None
     if detail["format"] != "delta":
         raise IntakeError(f"table {name} is not a Delta table (format {detail['format']})")
     schema = spark.table(name).schema
@@ -285,6 +291,13 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
 def column_mapping_mode(properties: dict[str, str]) -> str:
     """A Delta table's column mapping mode from its ``properties``: ``none``, ``name`` or ``id``. Pure."""
     return (properties or {}).get("delta.columnMapping.mode", "none").lower()
+
+
+def _is_view(spark: SparkSession, name: str) -> bool:
+    try:
+        return spark.catalog.getTable(name).tableType in ("VIEW", "TEMPORARY")
+    except Exception:
+        return False
 
 
 def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None) -> dict[str, PartitionStats]:
