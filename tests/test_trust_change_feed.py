@@ -148,7 +148,7 @@ def test_changes_only_refuses_a_target_with_duplicate_keys_in_range(spark, setti
         quiet_runner(spark, settings).run(plan, state)
 
     assert str(err.value) == (
-        f"table {db}.events has duplicate keys (id, dt) in range at version {before}: id=3, dt=2024-03-09 (2 times); "
+        f"table {db}.events has duplicate keys (id, dt) in range at version {before}: (3, 2024-03-09) (2 times); "
         "a changes_only MERGE would not replace them as a replaceWhere does; publish with publish_mode: replace; "
         "nothing published")
     assert err.value.exit_code == 4

@@ -23,7 +23,7 @@ from backfill_lib.schema_guard import ColumnCast
 from backfill_lib.staging import staged_rows
 from backfill_lib.strategies.base import verify_partitions
 from backfill_lib.strategies.commit_check import Published
-from backfill_lib.strategies.patch import LISTED_KEYS, _key_text, duplicate_keys
+from backfill_lib.key_audit import LISTED_KEYS, duplicate_keys, key_text
 from backfill_lib.strategies.recompute import Recompute
 
 
@@ -130,6 +130,6 @@ class RecomputeChangesOnly(Recompute):
         return verify_partitions(spark, plan, version, plan.predicate(), staged)
 
 
-def _listed(dups: list[tuple[dict, int]]) -> str:
+def _listed(dups: list[tuple[tuple, int]]) -> str:
     more = " and more" if len(dups) > LISTED_KEYS else ""
-    return "; ".join(f"{_key_text(k)} ({n} times)" for k, n in dups[:LISTED_KEYS]) + more
+    return "; ".join(f"{key_text(k)} ({n} times)" for k, n in dups[:LISTED_KEYS]) + more
