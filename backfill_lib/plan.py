@@ -68,6 +68,17 @@ class SourceInput:
 
 
 @dataclass(frozen=True)
+class SourceVersion:
+    """A Delta table the run reads and the version it reads it at (pinned once per run; see
+    :mod:`backfill_lib.source_snapshot`). ``table`` is the name as the request writes it (lower-cased parts),
+    ``location`` the table's data path (names of one table share it)."""
+
+    table: str
+    version: int
+    location: str = ""
+
+
+@dataclass(frozen=True)
 class BackfillPlan:
     """Everything a run does, fixed before it starts.
 
@@ -95,6 +106,14 @@ class BackfillPlan:
     #: True when ``build_plan`` minted ``run_id`` (time plus 24 random bits), so no ledger can hold it yet and the
     #: runner skips looking it up; False for a given run ID and for a plan read back from the ledger
     run_id_minted: bool = False
+    #: the version of every Delta source the run reads (source SQL tables, rules' tables); ``None`` until the
+    #: run pins them (:func:`backfill_lib.source_snapshot.pin_sources`), and for runs stored before pinning existed
+    source_versions: tuple[SourceVersion, ...] | None = None
+
+    @property
+    def pinned_versions(self) -> dict[str, int] | None:
+        """``{table: version}`` of :attr:`source_versions` (``None`` when not pinned)."""
+        return None if self.source_versions is None else {s.table: s.version for s in self.source_versions}
 
     @property
     def commit_run_id(self) -> str:
@@ -158,6 +177,8 @@ class BackfillPlan:
             "target_columns": [asdict(c) for c in self.target_columns],
             "source_input": asdict(self.source_input),
             "parent_run_id": self.parent_run_id,
+            "source_versions": (None if self.source_versions is None
+                                else [asdict(s) for s in self.source_versions]),
         }
 
 
@@ -333,4 +354,6 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         source_input=SourceInput(**summary["source_input"]),
         target_columns=tuple(Column(**c) for c in summary["target_columns"]),
         parent_run_id=summary.get("parent_run_id"),
+        source_versions=(None if summary.get("source_versions") is None
+                         else tuple(SourceVersion(**s) for s in summary["source_versions"])),
     )

@@ -25,6 +25,12 @@ from backfill_lib.settings import Settings
 from backfill_lib.staging import staged_rows as read_staged_rows
 
 
+def _pins(pins: list[dict] | None) -> str:
+    if pins is None:
+        return "not pinned"
+    return ", ".join(f"{p['table']} version {p['version']}" for p in pins) or "none (no Delta table named)"
+
+
 def _is_row_count(metric: str) -> bool:
     return "".join(metric.split()).lower() in ("count(*)", "count(1)")
 
@@ -107,6 +113,7 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         f"in {len(plan['batches'])} batches",
         f"target data in range before: {total['files']} files, {total['bytes']} bytes, {total['rows']} rows (Delta log)",
         f"staging table {run['staging_table']}",
+        f"sources read at (Delta version, pinned for the whole run): {_pins(plan.get('source_versions'))}",
     ) + ((f"message: {run['message']}",) if run.get("message") else ())
     return ReportData(
         run_id=run["run_id"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import date, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -19,23 +20,29 @@ def source_sql(request: BackfillRequest) -> str:
 
 
 def source_frame(
-    spark: SparkSession, request: BackfillRequest, start: date | datetime | None, end: date | datetime | None
+    spark: SparkSession, request: BackfillRequest, start: date | datetime | None, end: date | datetime | None,
+    versions: Mapping[str, int] | None = None,
 ) -> DataFrame:
     """The source rows for the half-open range ``[start, end)``, as a lazy DataFrame.
 
     The SQL runs with the named parameters ``:range_start`` and ``:range_end`` bound to ``start`` and ``end``
     (``DATE`` or ``TIMESTAMP`` values); with ``None`` bounds (a rebuild of the whole table) it runs without
-    parameters. Only analysis happens here; no data is read.
+    parameters. ``versions`` (the plan's :attr:`~backfill_lib.plan.BackfillPlan.pinned_versions`) reads each
+    Delta table the SQL names at its pinned version (:func:`backfill_lib.source_snapshot.pin_versions`); ``None``
+    reads them as they are. Only analysis happens here; no data is read.
 
     Raises
     ------
     SourceError
         When the SQL does not parse or analyse; the message names the file and Spark's error class.
     """
+    from backfill_lib.source_snapshot import pinned_sql
+
+    text = pinned_sql(spark, source_sql(request), versions)
     try:
         if start is None:
-            return spark.sql(source_sql(request))
-        return spark.sql(source_sql(request), args={"range_start": start, "range_end": end})
+            return spark.sql(text)
+        return spark.sql(text, args={"range_start": start, "range_end": end})
     except PySparkException as exc:
         first = str(exc).strip().splitlines()[0]
         raise SourceError(f"{request.source.sql}: {first}") from exc
