@@ -457,8 +457,10 @@ class Runner:
                 reporter.stage(f"sources unchanged since the run read them: {describe_pins(plan.source_versions)}")
             return checks
         if plan.request.on_source_change == "refuse":
+            more = f" (and {len(changed) - 1} more sources)" if len(changed) > 1 else ""
             raise SourceChangedError(f"publish of {plan.target_table} refused (on_source_change: refuse), nothing "
-                                     f"published: {'; '.join(c.message for c in changed)}")
+                                     f"published: {changed[0].message}{more}; start a new run to read the "
+                                     "sources as they are now")
         reporter.stage(f"warning: {'; '.join(c.message for c in changed)}; publishing the rows read at the pinned "
                        "versions (on_source_change: report)")
         return checks

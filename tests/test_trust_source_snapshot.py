@@ -2,7 +2,6 @@
 changes in range before publishing is reported, or refused with ``on_source_change: refuse``."""
 
 import json
-from datetime import date
 
 import pytest
 from chispa import assert_df_equality
@@ -134,7 +133,8 @@ def test_refuse_exits_4_naming_the_source_and_publishes_nothing(spark, settings,
     assert caught.value.exit_code == 4
     assert str(caught.value) == (
         f"publish of {db}.events refused (on_source_change: refuse), nothing published: source {db}.events_src "
-        "changed after the run read it at version 0: now at version 1; versions 1 changed its data in the run's range")
+        "changed after the run read it at version 0: now at version 1; versions 1 changed its data in the run's range; "
+        "start a new run to read the sources as they are now")
     assert current_version(spark, f"{db}.events") == target_before == 0
     assert Ledger(spark, settings.ledger_schema).run("snap_refuse_1")["status"] == "failed"
 
