@@ -125,7 +125,7 @@ class BatchStager:
         started = _utc()
         self._record(plan, batch, "staging", attempt=1, started_at=started)
         bounds = (batch.start, batch.end) if plan.request.range else (None, None)
-        df = aligned(source_frame(self.spark, plan.request, *bounds), casts)
+        df = aligned(source_frame(self.spark, plan.request, *bounds, versions=plan.pinned_versions), casts)
         label = batch_label(plan, batch)
 
         def before_write() -> None:

@@ -87,6 +87,11 @@ class PublishError(BackfillError):
     exit_code = 4
 
 
+class SourceChangedError(PublishError):
+    """A source the run read at a pinned version changed in the run's range before publishing, and the request
+    says ``on_source_change: refuse``; nothing was published. Exit code 4."""
+
+
 class RolledBackError(PublishError):
     """The post-publish check failed and the target was restored to its pre-publish version. Exit code 4."""
 

@@ -50,6 +50,14 @@ def _zone_line(plan: BackfillPlan) -> str:
     return line
 
 
+def _pins_line(plan: BackfillPlan) -> str:
+    pins = plan.source_versions
+    if pins is None:
+        return "pinned when the run starts"
+    listed = ", ".join(f"{s.table} version {s.version}" for s in pins) or "none (no Delta table named)"
+    return f"{listed} (read at these versions for the whole run; the run pins them again when it starts)"
+
+
 def explain(plan: BackfillPlan) -> Group:
     """A renderable of the plan: what, why, which partitions, their current cost, where rows are staged."""
     from backfill_lib.strategies import strategy_for
@@ -84,6 +92,7 @@ def explain(plan: BackfillPlan) -> Group:
                                   "(from the Delta log)"),
         ("source input", source_line),
         ("change data feed", strategy.change_feed(plan)),
+        ("source versions", _pins_line(plan)),
         ("row-count gate", f"a partition losing more than {r.gates.max_row_loss_fraction:.0%} of its rows blocks "
                            f"publishing{' (allowed by the request)' if r.gates.allow_row_loss else ''}"),
         ("batches", f"{len(plan.batches)} of up to {max((len(b.partitions) for b in plan.batches), default=0)} partitions"),

@@ -68,6 +68,17 @@ class SourceInput:
 
 
 @dataclass(frozen=True)
+class SourceVersion:
+    """A Delta table the run reads and the version it reads it at (pinned once per run; see
+    :mod:`backfill_lib.source_snapshot`). ``table`` is the name as the request writes it (lower-cased parts),
+    ``location`` the table's data path (names of one table share it)."""
+
+    table: str
+    version: int
+    location: str = ""
+
+
+@dataclass(frozen=True)
 class BackfillPlan:
     """Everything a run does, fixed before it starts.
 
@@ -115,6 +126,14 @@ class BackfillPlan:
         from backfill_lib.partitions import Grain
 
         return "UTC" if self.request.target.grain is Grain.HOUR else self.session_time_zone
+    #: the version of every Delta source the run reads (source SQL tables, rules' tables); ``None`` until the
+    #: run pins them (:func:`backfill_lib.source_snapshot.pin_sources`), and for runs stored before pinning existed
+    source_versions: tuple[SourceVersion, ...] | None = None
+
+    @property
+    def pinned_versions(self) -> dict[str, int] | None:
+        """``{table: version}`` of :attr:`source_versions` (``None`` when not pinned)."""
+        return None if self.source_versions is None else {s.table: s.version for s in self.source_versions}
 
     @property
     def commit_run_id(self) -> str:
@@ -181,6 +200,8 @@ class BackfillPlan:
             "target_change_data_feed": self.target_change_data_feed,
             "session_time_zone": self.session_time_zone,
             "write_time_zone": self.write_time_zone,
+            "source_versions": (None if self.source_versions is None
+                                else [asdict(s) for s in self.source_versions]),
         }
 
 
@@ -364,4 +385,6 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         target_change_data_feed=bool(summary.get("target_change_data_feed", False)),
         # a plan stored before the field ran in the settings' zone; it continues in the request's
         session_time_zone=summary.get("session_time_zone") or tz,
+        source_versions=(None if summary.get("source_versions") is None
+                         else tuple(SourceVersion(**s) for s in summary["source_versions"])),
     )

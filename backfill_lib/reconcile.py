@@ -19,7 +19,8 @@ from backfill_lib.partitions import range_predicate
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.request import ReconciliationRule
 from backfill_lib.staging import staged_rows
-from backfill_lib.tables import latest_snapshot, partition_stats
+from backfill_lib.source_snapshot import pinned_version, read_table, snapshot_at
+from backfill_lib.tables import partition_stats
 
 
 def metric_per_partition(df: DataFrame, column: str | PartitionKeys, metric: str) -> dict[str, object]:
@@ -46,28 +47,33 @@ def source_metric(
     spark: SparkSession, plan: BackfillPlan, batch: Batch, rule: ReconciliationRule, whole_table: bool = False
 ) -> dict[str, object]:
     """``rule.source.metric`` per partition of the source over ``batch``'s half-open range (the whole source
-    with ``whole_table``), keyed like the plan's partitions. Reads only the source, so it may run while staging.
+    with ``whole_table``), keyed like the plan's partitions, at the version the run pinned the source at (see
+    :mod:`backfill_lib.source_snapshot`). Reads only the source, so it may run while staging.
 
     A ``count(*)`` of a Delta source partitioned by a ``DATE`` column comes from its Delta log (the live rows of
     each partition's files, :func:`~backfill_lib.tables.partition_stats`) instead of a scan, unless a file lacks
     statistics."""
     src = rule.source
     if not whole_table and src.metric.replace(" ", "").lower() in ("count(*)", "count(1)"):
-        counted = logged_row_counts(spark, src.table, src.partition_column, batch.start, batch.end)
+        counted = logged_row_counts(spark, src.table, src.partition_column, batch.start, batch.end,
+                                    pinned_version(spark, plan, src.table))
         if counted is not None:
             return counted
     predicate = None if whole_table else range_predicate(src.partition_column, batch.start, batch.end)
-    return _per_partition(spark.table(src.table), plan.partition_keys.of(src.partition_column), src.metric, predicate)
+    return _per_partition(read_table(spark, plan, src.table), plan.partition_keys.of(src.partition_column),
+                          src.metric, predicate)
 
 
-def logged_row_counts(spark: SparkSession, table: str, column: str, start, end) -> dict[str, int] | None:
+def logged_row_counts(spark: SparkSession, table: str, column: str, start, end,
+                      version: int | None = None) -> dict[str, int] | None:
     """Rows per partition ``YYYY-MM-DD`` of Delta table ``table`` partitioned by ``DATE`` column ``column``, for
-    partitions in ``[start, end)`` that hold rows, from its Delta log (no data read); ``None`` when ``table`` is
-    not such a table, the bounds are not dates, or a file in range lacks ``numRecords`` statistics."""
+    partitions in ``[start, end)`` that hold rows, from its Delta log at ``version`` (default: the latest; no
+    data read); ``None`` when ``table`` is not such a table, the bounds are not dates, or a file in range lacks
+    ``numRecords`` statistics."""
     if type(start) is not date or type(end) is not date:  # a datetime is a date too: hour grains are scanned
         return None
     try:
-        snapshot = latest_snapshot(spark, table)
+        snapshot = snapshot_at(spark, table, version)
         field = next((f for f in snapshot.schema().fields() if f.name() == column), None)
         if field is None or field.dataType().typeName() != "date":
             return None

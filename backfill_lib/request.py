@@ -11,6 +11,7 @@ import enum
 import re
 from datetime import date
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -240,6 +241,9 @@ class BackfillRequest(_Frozen):
     batch_size: int | None = Field(default=None, ge=1)
     concurrency: int | None = Field(default=None, ge=1, le=64)
     marts: tuple[Mart, ...] = ()
+    #: what publishing does when a source the run read at a pinned version changed in the range since:
+    #: ``report`` (a failed ``source_snapshot`` check; the pinned rows are published) or ``refuse`` (exit 4)
+    on_source_change: Literal["report", "refuse"] = "report"
 
     @field_validator("owner", "reason")
     @classmethod
@@ -293,7 +297,7 @@ class BackfillRequest(_Frozen):
             target=Target(table=mart.table, partition_column=mart.partition_column, grain=mart.grain),
             range=DateRange(start=first, end=last), time_zone=self.time_zone, strategy=Strategy.RECOMPUTE,
             source=Source(sql=mart.sql), keys=mart.keys, expectations=mart.expectations,
-            batch_size=self.batch_size, concurrency=self.concurrency,
+            batch_size=self.batch_size, concurrency=self.concurrency, on_source_change=self.on_source_change,
         )
 
     def bounds(self):

@@ -26,6 +26,12 @@ from backfill_lib.spark import session_time_zone
 from backfill_lib.staging import staged_rows as read_staged_rows
 
 
+def _pins(pins: list[dict] | None) -> str:
+    if pins is None:
+        return "not pinned"
+    return ", ".join(f"{p['table']} version {p['version']}" for p in pins) or "none (no Delta table named)"
+
+
 def _is_row_count(metric: str) -> bool:
     return "".join(metric.split()).lower() in ("count(*)", "count(1)")
 
@@ -135,6 +141,7 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         f"target data in range before: {total['files']} files, {total['bytes']} bytes, {total['rows']} rows (Delta log)",
         f"staging table {run['staging_table']}",
         zone_line(plan),
+        f"sources read at (Delta version, pinned for the whole run): {_pins(plan.get('source_versions'))}",
     ) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
     return ReportData(
         run_id=run["run_id"],

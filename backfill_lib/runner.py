@@ -30,6 +30,7 @@ from backfill_lib.errors import (
     PublishError,
     RequestError,
     RolledBackError,
+    SourceChangedError,
 )
 from backfill_lib.faults import crash_point, monitor_failure
 from backfill_lib.gates import row_count_checks
@@ -50,6 +51,7 @@ from backfill_lib.run_report import RunOutcome, diff_rows, ledger_outcome, write
 from backfill_lib.scheduler_pool import in_pool
 from backfill_lib.schema_guard import ColumnCast, align
 from backfill_lib.settings import Settings
+from backfill_lib.source_snapshot import describe_pins, pin_sources, read_table, source_changes
 from backfill_lib.sources import source_frame, source_input
 from backfill_lib.spark import session_time_zone
 from backfill_lib.staging import check_reserved_column, staged_rows
@@ -110,9 +112,9 @@ def prepare(
     with session_time_zone(spark, request.time_zone, str(request_path)), \
             ThreadPoolExecutor(2, thread_name_prefix="prepare") as pool:  # two independent reads of metadata
         state_read = pool.submit(in_pool, spark, read_table_state, spark, request.target.table)
-        inputs = pool.submit(in_pool, spark, lambda: source_input(spark, source_frame(spark, request, *bounds)))
+        inputs = pool.submit(in_pool, spark, _pinned_input, spark, request, bounds)
         state = state_read.result()
-        found = inputs.result()
+        pins, found = inputs.result()
     check_rules(spark, request, str(request_path))  # in `backfill plan` too: a bad rule never reaches staging
     plan = build_plan(
         request,
@@ -125,7 +127,14 @@ def prepare(
         source_input=found,
         run_id=run_id,
     )
-    return plan, state
+    return replace(plan, source_versions=pins), state
+
+
+def _pinned_input(spark: SparkSession, request, bounds) -> tuple:
+    """Pin the request's Delta sources at their current versions, then size the source input at those versions."""
+    pins = pin_sources(spark, request)
+    versions = {s.table: s.version for s in pins}
+    return pins, source_input(spark, source_frame(spark, request, *bounds, versions=versions))
 
 
 def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[ColumnCast, ...]:
@@ -136,7 +145,7 @@ def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[Column
     type) and the keys; its columns are taken as they are.
     """
     bounds = (plan.batches[0].start, plan.batches[0].end) if plan.request.range else (None, None)
-    frame = source_frame(spark, plan.request, *bounds)
+    frame = source_frame(spark, plan.request, *bounds, versions=plan.pinned_versions)
     schema = frame.schema
     check_rules(spark, plan.request, plan.request_path, frame)
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
@@ -199,7 +208,7 @@ def _validation_scope(plan: BackfillPlan) -> tuple[Batch, bool]:
 def _metric_source(spark: SparkSession, plan: BackfillPlan, scope: Batch, rule, whole: bool) -> dict:
     """A metric rule's metrics of its source per partition over ``scope`` (the whole source when ``whole``); reads
     only the source, like :func:`~backfill_lib.reconcile.source_metric`."""
-    source = spark.table(rule.source.table)
+    source = read_table(spark, plan, rule.source.table)  # at the version the run pinned
     if not whole:
         source = source.where(range_predicate(rule.source.partition_column, scope.start, scope.end))
     return profile(source, plan.partition_keys.of(rule.source.partition_column), rule.metrics, where=rule.source.table)
@@ -259,6 +268,8 @@ class Runner:
                 raise RequestError(f"{plan.request_path}: run ID {plan.run_id} already belongs to another request "
                                    f"({existing['request_name']}); choose a new run ID")
             return self.resume(plan.run_id, until=until)
+        if plan.source_versions is None:  # a plan not from prepare (a mart's child run): its sources as of now
+            plan = replace(plan, source_versions=pin_sources(self.spark, plan.request))
         with self._durable():
             record = self.ledger.record_run(run_record(plan), "planned")
             return self._execute(plan, record, until)
@@ -422,6 +433,7 @@ class Runner:
                 record = self.ledger.record_run(record, "publishing", approved_by=plan.approved_by)
                 check_rollback_ready(self.spark, plan.target_table,
                                      {"the version this run was validated against": plan.target_version})
+                checks = checks + self._check_sources(plan, reporter)
                 crash_point("before_publish")
                 reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
                 if plan.target_change_data_feed:
@@ -474,6 +486,32 @@ class Runner:
         only in a zone without repeated wall clocks."""
         with session_time_zone(self.spark, plan.write_time_zone, f"run {plan.run_id}"):
             return strategy.publish(self.spark, plan, casts)
+
+    def _check_sources(self, plan: BackfillPlan, reporter: Reporter) -> list[Check]:
+        """Right before publishing: whether a pinned source changed in the range since the run read it (checks
+        ``source_snapshot``, recorded). A change is reported (the pinned, reconciled rows are published) or, with
+        ``on_source_change: refuse``, refused.
+
+        Raises
+        ------
+        SourceChangedError
+            With ``on_source_change: refuse``, when a source changed; nothing is published.
+        """
+        checks = source_changes(self.spark, plan)
+        self.ledger.record_checks(plan.run_id, checks)
+        changed = [c for c in checks if not c.success]
+        if not changed:
+            if checks:
+                reporter.stage(f"sources unchanged since the run read them: {describe_pins(plan.source_versions)}")
+            return checks
+        if plan.request.on_source_change == "refuse":
+            more = f" (and {len(changed) - 1} more sources)" if len(changed) > 1 else ""
+            raise SourceChangedError(f"publish of {plan.target_table} refused (on_source_change: refuse), nothing "
+                                     f"published: {changed[0].message}{more}; start a new run to read the "
+                                     "sources as they are now")
+        reporter.stage(f"warning: {'; '.join(c.message for c in changed)}; publishing the rows read at the pinned "
+                       "versions (on_source_change: report)")
+        return checks
 
     def _mart_plan(self, plan: BackfillPlan, index: int) -> BackfillPlan:
         """The child plan that recomputes mart ``index`` (request order) for the partitions covering the range.

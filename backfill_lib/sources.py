@@ -10,6 +10,7 @@ parses; :func:`refuse_escapes` refuses the query constructs that reach outside S
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import date, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -156,7 +157,8 @@ def check_aggregate(df: DataFrame, text: str, by: str, where: str) -> DataFrame:
 
 
 def source_frame(
-    spark: SparkSession, request: BackfillRequest, start: date | datetime | None, end: date | datetime | None
+    spark: SparkSession, request: BackfillRequest, start: date | datetime | None, end: date | datetime | None,
+    versions: Mapping[str, int] | None = None,
 ) -> DataFrame:
     """The source rows for the half-open range ``[start, end)``, as a lazy DataFrame.
 
@@ -165,6 +167,9 @@ def source_frame(
     parameters. It is checked to be one query (:func:`check_query`) and runs only as a subquery
     (``SELECT * FROM (...)``); its analysed plan must not call out of Spark (:func:`refuse_escapes`). Only
     analysis happens here; no data is read and nothing else is executed.
+    ``versions`` (the plan's :attr:`~backfill_lib.plan.BackfillPlan.pinned_versions`) reads each Delta table the
+    SQL names at its pinned version (:func:`backfill_lib.source_snapshot.pin_versions`), rewritten after the check
+    and before the wrapping; ``None`` reads them as they are.
 
     Raises
     ------
@@ -172,8 +177,10 @@ def source_frame(
         When the file is not one query, does not parse or analyse, or uses a forbidden construct; the message names
         the file and Spark's first message line.
     """
+    from backfill_lib.source_snapshot import pinned_sql
+
     where = str(request.source.sql)
-    text = wrap_query(check_query(spark, read_sql(request.source.sql), where))
+    text = wrap_query(pinned_sql(spark, check_query(spark, read_sql(request.source.sql), where), versions))
     try:
         if start is None:
             df = spark.sql(text)
