@@ -45,7 +45,7 @@ from backfill_lib.publish import committed_version, restore
 from backfill_lib.reconcile import reconcile_batch, source_metric
 from backfill_lib.release import check_protected, check_rollback_ready, later_commits, rollback_until
 from backfill_lib.retry import with_conflict_retry
-from backfill_lib.request import Strategy, load_request, mart_order
+from backfill_lib.request import BackfillRequest, Strategy, load_request, mart_order
 from backfill_lib.rule_checks import check_rules
 from backfill_lib.run_report import RunOutcome, diff_rows, ledger_outcome, write_run_report
 from backfill_lib.scheduler_pool import in_pool
@@ -166,6 +166,16 @@ def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[Column
     return tuple(ColumnCast(c.name, c.type, False) for c in columns)
 
 
+def _same_request(stored: dict, request: BackfillRequest) -> bool:
+    """Whether ``stored`` (a request as the ledger's plan JSON holds it) is ``request``: compared as models, so a
+    field added since with its default (``publish_mode``, ``on_source_change``) does not make a run's own request
+    look like another one."""
+    try:
+        return BackfillRequest.model_validate(stored) == request
+    except ValueError:  # pydantic's ValidationError: a stored field this version no longer knows
+        return False
+
+
 def _nothing_changes(plan: BackfillPlan, casts, rows: dict[str, int], diffs) -> bool:
     """True when publishing would rewrite rows identical to the target's: every planned partition's diff has no
     insert, delete or update (or the partition is empty on both sides). Rebuilds always publish (a rebuild may
@@ -263,8 +273,7 @@ class Runner:
         known = not plan.run_id_minted and self.ledger.has_run(plan.run_id)
         existing = self.ledger.find_run(plan.run_id) if known else None
         if existing is not None:
-            stored = json.loads(existing["plan_json"])["request"]
-            if stored != json.loads(plan.request.model_dump_json()):
+            if not _same_request(json.loads(existing["plan_json"])["request"], plan.request):
                 raise RequestError(f"{plan.request_path}: run ID {plan.run_id} already belongs to another request "
                                    f"({existing['request_name']}); choose a new run ID")
             return self.resume(plan.run_id, until=until)
