@@ -6,6 +6,7 @@ One error handler: a :class:`BackfillError` prints one line (``error: ...``) on 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -123,16 +124,25 @@ def run(
         check_run_id(run_id)
     spark = _spark(settings)
     the_plan, state = prepare(spark, settings, request, run_id=run_id)
-    console.print(f"run ID: [bold]{the_plan.run_id}[/bold]", highlight=False)
     runner = Runner(spark, settings, console)
     runner.approved_by = approve
     try:
         with cancel_on_signals(runner, the_plan.run_id):
-            result = runner.run(the_plan, state, until=until)
+            result = runner.run(the_plan, state, until=until, on_durable=_announce_run_id)
     except GateFailedError as exc:
         _print_failures(exc.failures)
         raise
     _print_result(result)
+
+
+def _announce_run_id(run_id: str) -> None:
+    """Print the run ID once the run is in the ledger (``status`` and ``resume`` find it from then on), and
+    flush it: a scheduler's log must have it even if the process is killed right after."""
+    from backfill_lib.faults import crash_point
+
+    console.print(f"run ID: [bold]{run_id}[/bold]", highlight=False)
+    console.file.flush()
+    crash_point("after_run_id")
 
 
 @app.command()
@@ -214,8 +224,8 @@ def rollback(
     if not by.strip() or not reason.strip():
         raise typer.BadParameter("--by and --reason must not be blank")
     settings = _settings()
-    message = Runner(_spark(settings), settings, console).rollback(run_id, by.strip(), reason.strip(), force=force)
-    console.print(f"run {run_id}: rolled back; {message}", highlight=False)
+    console.print(Runner(_spark(settings), settings, console).rollback(run_id, by.strip(), reason.strip(), force=force),
+                  highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -294,6 +304,11 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
         console.print(f"approved by {run_['approved_by']}", highlight=False)
     if run_["message"]:
         console.print(f"message: {run_['message']}", highlight=False)
+    if run_["status"] == "rolling_back" and run_.get("rollback_plan"):
+        planned = json.loads(run_["rollback_plan"])["tables"]
+        console.print("rollback under way (finish it with `backfill rollback RUN_ID` or `backfill resume RUN_ID`): "
+                      + ", ".join(f"{t['table']} to version {t['restore_to']}" for t in planned), highlight=False,
+                      soft_wrap=True)
     table = Table(title="Partitions", title_justify="left")
     for col in ("partition", "batch", "status", "rows", "attempt", "started (UTC)", "ended (UTC)", "message"):
         table.add_column(col)

@@ -6,8 +6,13 @@ Both are off unless asked for, through the environment of the process that runs 
   when the runner reaches ``POINT`` (for batch-level points, only at batch ``BATCH``). Points, in run order:
   ``before_stage`` (a batch's source rows are about to be written to staging), ``after_stage`` (written,
   the ledger not yet told), ``after_validate`` (every check recorded, the run not yet marked validated),
-  ``before_publish`` (the run is marked publishing, the target commit not yet made) and ``after_publish``
-  (the target commit made, the ledger not yet told).
+  ``before_publish`` (the run is marked publishing, the target commit not yet made), ``after_publish``
+  (the target commit made, the ledger not yet told) and ``between_restores`` (a rollback or automatic restore
+  made one table's RESTORE commit and is about to restore the next; ``between_restores:N`` stops only before
+  the ``N``-th table, counted from 0). ``after_run_id`` is in ``backfill run``: the run ID was just printed.
+- ``BACKFILL_PAUSE_AT=POINT[:BATCH]`` instead creates the file named by ``BACKFILL_PAUSE_FILE`` there and
+  sleeps ``BACKFILL_PAUSE_SECONDS`` (default 10) before going on, so that a test can signal the process (or its
+  whole process group) from outside at exactly that point.
 - ``BACKFILL_SIGNAL_AT=POINT[:BATCH]`` sends this process ``SIGTERM`` there instead, as an operator stopping the
   run would (the run should end ``cancelled`` and resume cleanly).
 - ``BACKFILL_FAIL_MONITOR=TABLE`` makes the release monitor find a failure on ``TABLE`` (``*``: the first table
@@ -22,12 +27,17 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 CRASH_ENV = "BACKFILL_CRASH_AT"
 SIGNAL_ENV = "BACKFILL_SIGNAL_AT"
 CONFLICT_ENV = "BACKFILL_INJECT_CONFLICT"
 MONITOR_ENV = "BACKFILL_FAIL_MONITOR"
-CRASH_POINTS = ("before_stage", "after_stage", "after_validate", "before_publish", "after_publish")
+PAUSE_ENV = "BACKFILL_PAUSE_AT"
+PAUSE_FILE_ENV = "BACKFILL_PAUSE_FILE"
+PAUSE_SECONDS_ENV = "BACKFILL_PAUSE_SECONDS"
+CRASH_POINTS = ("before_stage", "after_stage", "after_validate", "before_publish", "after_publish",
+                "between_restores", "after_run_id")
 
 _lock = threading.Lock()
 _conflicts_raised: dict[str, int] = {}
@@ -42,9 +52,15 @@ def _at(env: str, name: str, batch: int | None) -> bool:
 
 
 def crash_point(name: str, batch: int | None = None) -> None:
-    """Kill this process (``SIGKILL``) or send it ``SIGTERM`` here, when ``BACKFILL_CRASH_AT`` or
-    ``BACKFILL_SIGNAL_AT`` names ``name`` (and ``batch``, if the setting gives one)."""
+    """Kill this process (``SIGKILL``), send it ``SIGTERM`` or pause here, when ``BACKFILL_CRASH_AT``,
+    ``BACKFILL_SIGNAL_AT`` or ``BACKFILL_PAUSE_AT`` names ``name`` (and ``batch``, if the setting gives one)."""
     assert name in CRASH_POINTS, name
+    if _at(PAUSE_ENV, name, batch):
+        marker = os.environ.get(PAUSE_FILE_ENV)
+        if marker:
+            with open(marker, "a") as f:
+                f.write(f"{name}\n")
+        time.sleep(float(os.environ.get(PAUSE_SECONDS_ENV, "10")))
     if _at(SIGNAL_ENV, name, batch):
         os.kill(os.getpid(), signal.SIGTERM)
     if _at(CRASH_ENV, name, batch):

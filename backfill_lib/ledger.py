@@ -22,8 +22,10 @@ Tables, in ``settings.ledger_schema``:
   staging_table, target_version_seen, pre_publish_version, published_version, message, plan_json (the frozen
   plan as JSON, on the ``planned`` event only; readers see the latest non-null value),
   approved_by (who approved publishing to a protected table), rollback_until (UTC: until when RESTORE of the
-  pre-publish version stays possible under the table's retention settings). A downstream mart is a child run
-  ``RUN_ID__mN`` with its own events.
+  pre-publish version stays possible under the table's retention settings), rollback_plan (JSON, from the
+  ``rolling_back`` event on: the RESTOREs a rollback or automatic restore makes, in order, each table with the
+  version it restores and the run that published it, recorded before the first of them). A downstream mart is a
+  child run ``RUN_ID__mN`` with its own events.
 - ``partitions``: run_id, seq, event_at, partition (Delta partition value), batch, status, rows, attempt,
   started_at, ended_at (UTC), message.
 - ``checks``: run_id, seq, event_at, batch, partition, kind (``expectation``, ``reconciliation``, ``gate``,
@@ -35,6 +37,7 @@ Tables, in ``settings.ledger_schema``:
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +58,8 @@ from pyspark.sql.types import (
 
 from backfill_lib.errors import BackfillError, RunNotFoundError
 
+log = logging.getLogger(__name__)
+
 RUNS_SCHEMA = StructType(
     [
         StructField("run_id", StringType(), False),
@@ -74,6 +79,7 @@ RUNS_SCHEMA = StructType(
         StructField("plan_json", StringType()),
         StructField("approved_by", StringType()),
         StructField("rollback_until", TimestampType()),
+        StructField("rollback_plan", StringType()),
     ]
 )
 
@@ -192,6 +198,7 @@ class Ledger:
         self._writer: threading.Thread | None = None
         self._flushing = 0  # threads waiting in flush(): the writer stops lingering
         self._hurry = False  # write_now() was called: the writer stops lingering once
+        self._on_commit: list[tuple[int, object]] = []  # (seq, callback) run by the writer once seq is committed
 
     def table(self, name: str) -> str:
         return f"{self.schema}.{name}"
@@ -254,6 +261,14 @@ class Ledger:
                         done.result()
                 with self._cond:
                     self._committed = max(self._committed, max(row["seq"] for _, row in batch))
+                    ready = [fn for seq, fn in self._on_commit if seq <= self._committed]
+                    self._on_commit = [(seq, fn) for seq, fn in self._on_commit if seq > self._committed]
+                    self._cond.notify_all()  # waiters go on while the callbacks run
+                for fn in ready:
+                    try:
+                        fn()
+                    except Exception:  # a callback must not stop the ledger
+                        log.exception("ledger %s: callback after commit failed", self.schema)
             except BaseException as exc:  # raised to the run by the next flush
                 with self._cond:
                     self._error = self._error or exc
@@ -308,6 +323,18 @@ class Ledger:
                 self._cond.wait()
             if self._lost(seq):
                 raise self._error or BackfillError(f"ledger {self.schema}: events up to {seq} were not committed")
+
+    def when_committed(self, seq: int, callback) -> None:
+        """Call ``callback()`` once every event up to ``seq`` (from :meth:`recorded`) is committed: at once when
+        it is, else from the writer thread right after that commit (without lingering for it: the run's own
+        steps decide when the writer commits). Never called when the write of one of those events fails (the
+        next :meth:`flush` raises that). :meth:`flush` returns only after the callbacks of the commits it waited
+        for, so a callback must not flush or read the ledger itself."""
+        with self._cond:
+            if self._committed < seq:
+                self._on_commit.append((seq, callback))
+                return
+        callback()
 
     def _lost(self, seq: int) -> bool:
         """Whether a failed write lost an event up to ``seq`` (call holding ``_cond``)."""

@@ -13,7 +13,14 @@ from pyspark.sql import SparkSession
 
 from backfill_lib.errors import FenceError, PublishError
 from backfill_lib.plan import BackfillPlan
-from backfill_lib.tables import PartitionStats, current_version, latest_snapshot, partition_stats, user_metadata_since
+from backfill_lib.tables import (
+    PartitionStats,
+    add_files,
+    current_version,
+    latest_snapshot,
+    partition_stats,
+    user_metadata_since,
+)
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
@@ -101,7 +108,8 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
     if plan.request.strategy.value == "rebuild":  # a rebuild replaces every partition: any commit is in range
         raise FenceError(
             f"table {plan.target_table} changed since the plan read version {plan.target_version} "
-            f"(now version {now_version}); a rebuild replaces the whole table, so nothing was published"
+            f"(now version {now_version}){_committed_by(spark, plan)}; a rebuild replaces the whole table, so "
+            "nothing was published"
         )
     from backfill_lib.plan import stats_by_key
 
@@ -114,9 +122,28 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
         listed = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
         raise FenceError(
             f"table {plan.target_table} changed in range since the plan read version {plan.target_version} "
-            f"(now version {now_version}): partitions {listed}; nothing published"
+            f"(now version {now_version}): partitions {listed}{_committed_by(spark, plan)}; nothing published"
         )
     return now_version
+
+
+def _committed_by(spark: SparkSession, plan: BackfillPlan) -> str:
+    """Who committed to the target since the plan read it, for the fence's refusal: the backfill runs, by the
+    run ID in their commits' ``userMetadata`` (the ledger's key), and how many commits came from other
+    writers."""
+    runs: dict[str, list[str]] = {}
+    others = 0
+    for version, meta in sorted(user_metadata_since(spark, plan.target_table, plan.target_version + 1)):
+        parsed = _parsed(meta)
+        run_id = parsed.get("run_id")
+        if run_id and run_id != plan.commit_run_id:
+            runs.setdefault(run_id, []).append(f"{parsed.get('action', 'publish')} version {version}")
+        else:
+            others += 1
+    named = [f"{', '.join(v)} by backfill run {r}" for r, v in runs.items()]
+    if others:
+        named.append(f"{others} commit{'s' if others > 1 else ''} by other writers")
+    return f"; committed since: {'; '.join(named)}" if named else ""
 
 
 def find_version(spark: SparkSession, table: str, run_id: str, action: str, after: int) -> int:
@@ -150,8 +177,71 @@ def committed_version(spark: SparkSession, table: str, run_id: str, action: str,
 def restore(spark: SparkSession, plan: BackfillPlan, table: str, version: int, action: str = "restore",
             **extra: str) -> int:
     """``RESTORE TABLE table TO VERSION AS OF version`` with the run's metadata (``action``, ``extra``); return
-    the new version."""
+    the new version.
+
+    Not idempotent by itself: a rollback first asks :func:`restore_state` whether this run already restored
+    ``table`` (a rollback killed after that RESTORE and run again), so each table gets one RESTORE."""
     before = current_version(spark, table)
     with user_metadata(spark, commit_metadata(plan, action, **extra)):
         spark.sql(f"RESTORE TABLE {table} TO VERSION AS OF {int(version)}")
     return find_version(spark, table, plan.commit_run_id, action, before)
+
+
+#: ``userMetadata`` actions of a run's RESTORE commits: ``rollback`` (``backfill rollback``), ``restore``
+#: (automatic, after a failed post-publish check, mart or monitor)
+RESTORE_ACTIONS = ("rollback", "restore")
+
+
+def _parsed(meta: str | None) -> dict:
+    try:
+        parsed = json.loads(meta) if meta else {}
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def restore_state(spark: SparkSession, table: str, run_id: str, published: int,
+                  restore_to: int) -> tuple[str, int | None, list[int]]:
+    """Where a rollback of run ``run_id`` stands on ``table``, which the run published as version ``published``
+    and which the rollback restores to version ``restore_to``: ``("restored", V, [])`` when the run's own RESTORE
+    commit (``userMetadata`` run_id ``run_id``, action ``rollback`` or ``restore``) is version ``V``;
+    ``("unchanged", None, [])`` when later commits already brought the table back to the data files (with their
+    deletion vectors) and schema of ``restore_to``; else ``("todo", None, later)`` with the versions committed
+    after ``published`` (oldest first), which a RESTORE would undo too."""
+    commits = user_metadata_since(spark, table, published + 1)
+    for version, meta in commits:  # newest first
+        parsed = _parsed(meta)
+        if parsed.get("run_id") == run_id and parsed.get("action") in RESTORE_ACTIONS:
+            return "restored", version, []
+    later = sorted(v for v, _ in commits)
+    # With nothing after the run's own commit the table holds what the run published: not the old content.
+    if later and holds_version(spark, table, restore_to):
+        return "unchanged", None, []
+    return "todo", None, later
+
+
+def holds_version(spark: SparkSession, table: str, version: int) -> bool:
+    """Whether ``table``'s latest snapshot has exactly the data files (paths and deletion vectors, from the
+    Delta log: no data read) and the schema of ``version``, as a RESTORE to ``version`` leaves it. ``False``
+    when that cannot be told (the version's log is gone, Delta's internal API changed shape)."""
+    from pyspark.sql import functions as F
+
+    now = latest_snapshot(spark, table)
+    if int(now.version()) == version:
+        return True
+    try:
+        log = now.deltaLog()
+        then = log.getSnapshotAt(version, getattr(log, "getSnapshotAt$default$2")(),
+                                 getattr(log, "getSnapshotAt$default$3")(), getattr(log, "getSnapshotAt$default$4")())
+        if then.metadata().schemaString() != now.metadata().schemaString():
+            return False
+
+        def files(snapshot):
+            df = add_files(spark, snapshot)
+            dv = F.to_json("deletionVector") if "deletionVector" in df.columns else F.lit(None).cast("string")
+            return df.select("path", dv.alias("dv"))
+
+        a, b = files(now), files(then)
+        return a.count() == b.count() and a.exceptAll(b).isEmpty()
+    except Exception:
+        return False

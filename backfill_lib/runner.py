@@ -41,9 +41,9 @@ from backfill_lib.metrics import profile
 from backfill_lib.partitions import quote_ident, range_predicate
 from backfill_lib.plan import BackfillPlan, Batch, build_plan, plan_from_summary
 from backfill_lib.progress import Reporter
-from backfill_lib.publish import committed_version, restore
+from backfill_lib.publish import committed_version, restore, restore_state
 from backfill_lib.reconcile import reconcile_batch, source_metric
-from backfill_lib.release import check_protected, check_rollback_ready, later_commits, rollback_until
+from backfill_lib.release import check_protected, check_rollback_ready, rollback_until
 from backfill_lib.retry import with_conflict_retry
 from backfill_lib.request import BackfillRequest, Strategy, load_request, mart_order
 from backfill_lib.rule_checks import check_rules
@@ -228,6 +228,12 @@ def _metric_source(spark: SparkSession, plan: BackfillPlan, scope: Batch, rule, 
 FINISHED = ("published", "unchanged")
 
 
+def _rollback_step(table: str, run_id: str, restore_to: int, published_version: int) -> dict:
+    """One RESTORE of a rollback plan (the ledger's ``rollback_plan``): ``table`` back to version
+    ``restore_to``; ``run_id`` (the run, or its mart's child run) published it as ``published_version``."""
+    return {"table": table, "run_id": run_id, "restore_to": int(restore_to), "published_version": int(published_version)}
+
+
 class Runner:
     """Runs plans on one SparkSession, recording in one ledger, reporting through one console.
 
@@ -248,12 +254,18 @@ class Runner:
         """Ask the run to stop: batches in flight finish, no new batch starts, the run ends ``cancelled``."""
         self.cancelled.set()
 
-    def run(self, plan: BackfillPlan, state: TableState | None = None, until: str | None = None) -> RunResult:
+    def run(self, plan: BackfillPlan, state: TableState | None = None, until: str | None = None,
+            on_durable=None) -> RunResult:
         """Stage, validate and publish ``plan``; with ``until="validate"`` stop after validation (status
         ``validated``, staging and the report kept) for :meth:`publish_validated` to finish later.
 
         When the ledger already has ``plan.run_id`` (a run started again with the same run ID), the stored run
         is resumed instead (:meth:`resume`), so the same request and run ID never write twice.
+
+        ``on_durable(run_id)`` is called once the run is in the ledger (its ``planned`` event committed), from the
+        ledger's writer thread while the run goes on (the first commit overlaps reading the first batches'
+        sources), or at once for a run the ledger already has; from then on ``resume`` finds the run. It is not
+        called when that commit fails (the run then raises the ledger's error).
 
         Raises
         ------
@@ -276,11 +288,15 @@ class Runner:
             if not _same_request(json.loads(existing["plan_json"])["request"], plan.request):
                 raise RequestError(f"{plan.request_path}: run ID {plan.run_id} already belongs to another request "
                                    f"({existing['request_name']}); choose a new run ID")
+            if on_durable:
+                on_durable(plan.run_id)
             return self.resume(plan.run_id, until=until)
         if plan.source_versions is None:  # a plan not from prepare (a mart's child run): its sources as of now
             plan = replace(plan, source_versions=pin_sources(self.spark, plan.request))
         with self._durable():
             record = self.ledger.record_run(run_record(plan), "planned")
+            if on_durable:
+                self.ledger.when_committed(self.ledger.recorded(), lambda: on_durable(plan.run_id))
             return self._execute(plan, record, until)
 
     @contextlib.contextmanager
@@ -321,6 +337,16 @@ class Runner:
                              record["pre_publish_version"], record["published_version"])
         if status == "rolled_back":
             raise PublishError(f"run {run_id} was rolled back ({record['message']}); start a new run")
+        if status == "rolling_back":  # a rollback or automatic restore was killed: finish it, as it would have
+            intent = json.loads(record["rollback_plan"])
+            blockers = self._rollback_blockers(plan, intent)
+            if blockers:
+                raise PublishError(f"run {run_id} is rolling back, refused to continue: {'; '.join(blockers)}; "
+                                   f"RESTORE would undo them too (backfill rollback {run_id} --force restores anyway)")
+            reporter.stage(f"continuing the rollback recorded before: {record['message']}")
+            with self._durable():
+                message = self._finish_rollback(plan, record, intent, reporter)
+            raise RolledBackError(f"run {run_id} rolled back: {message}")
         reporter.stage(f"resuming from status {status}")
         with self._durable():
             return self._execute(plan, record, until)
@@ -472,9 +498,7 @@ class Runner:
         self.ledger.record_checks(plan.run_id, post)
         bad = [c for c in post if not c.success]
         if bad:
-            restored = restore(self.spark, plan, plan.target_table, pre)
-            message = f"post-publish check failed, restored version {pre} as version {restored}: {bad[0].describe()}"
-            self.ledger.record_run(record, "rolled_back", message=message)
+            message = self._restore_all(plan, [], f"post-publish check failed: {bad[0].describe()}", reporter)
             raise RolledBackError(f"table {plan.target_table}: {message}")
         marts: tuple[RunResult, ...] = ()
         if plan.parent_run_id is None:
@@ -596,60 +620,117 @@ class Runner:
     def _restore_all(self, plan: BackfillPlan, marts: list[RunResult], why: str, reporter: Reporter,
                      action: str = "restore", **extra: str) -> str:
         """RESTORE the marts this run published (newest first), then the target, to their pre-publish versions;
-        mark them all ``rolled_back``; return what was restored."""
-        restored = []
-        for r in reversed(marts):
-            if r.status != "published":
-                continue
-            child = self.ledger.run(r.plan.run_id)
-            new = restore(self.spark, r.plan, r.plan.target_table, r.pre_publish_version, action, **extra)
-            self.ledger.record_run(child, "rolled_back", message=f"{why}; restored version {r.pre_publish_version} as {new}")
-            restored.append(f"{r.plan.target_table} to version {r.pre_publish_version}")
+        mark them all ``rolled_back``; return what was restored. The plan of RESTOREs is recorded first
+        (:meth:`_record_rollback`), so a rerun after a crash finishes it (:meth:`_finish_rollback`)."""
         current = self.ledger.run(plan.run_id)
-        pre = current["pre_publish_version"]
-        new = restore(self.spark, plan, plan.target_table, pre, action, **extra)
-        restored.append(f"{plan.target_table} to version {pre}")
-        message = f"{why}; restored {', '.join(restored)}"
-        self.ledger.record_run(current, "rolled_back", message=message)
+        steps = [_rollback_step(r.plan.target_table, r.plan.run_id, r.pre_publish_version, r.published_version)
+                 for r in reversed(marts) if r.status == "published"]
+        steps.append(_rollback_step(plan.target_table, plan.run_id, current["pre_publish_version"],
+                                    current["published_version"]))
+        intent = {"action": action, "why": why, "extra": extra, "tables": steps}
+        return self._finish_rollback(plan, self._record_rollback(current, intent), intent, reporter)
+
+    def _record_rollback(self, record: dict, intent: dict) -> dict:
+        """Record ``intent`` (status ``rolling_back``, column ``rollback_plan``) and wait until it is committed:
+        no RESTORE runs before the ledger knows the whole plan."""
+        planned = ", ".join(f"{t['table']} to version {t['restore_to']}" for t in intent["tables"])
+        record = self.ledger.record_run(record, "rolling_back", rollback_plan=json.dumps(intent),
+                                        message=f"{intent['why']}; restoring {planned}")
+        self.ledger.flush()
+        return record
+
+    def _finish_rollback(self, plan: BackfillPlan, record: dict, intent: dict, reporter: Reporter) -> str:
+        """Carry out a recorded rollback plan, table by table in its order: a table this run already restored
+        (its own RESTORE commit, found by run ID in the table's history) or already back at the content of the
+        version to restore is done; any other gets one RESTORE. Marks the marts' child runs and then the run
+        ``rolled_back``; returns what was restored."""
+        action, extra = intent["action"], intent.get("extra") or {}
+        done = []
+        for i, step in enumerate(intent["tables"]):
+            if i:
+                crash_point("between_restores", i)
+            table, to = step["table"], step["restore_to"]
+            child = None if step["run_id"] == plan.run_id else self.ledger.run(step["run_id"])
+            state, version, _ = restore_state(self.spark, table, plan.commit_run_id, step["published_version"], to)
+            if state == "todo":
+                step_plan = plan if child is None else plan_from_summary(json.loads(child["plan_json"]))
+                version = restore(self.spark, step_plan, table, to, action, **extra)
+                done.append(f"{table} to version {to}")
+            elif state == "restored":
+                done.append(f"{table} to version {to} (already restored as version {version})")
+            else:
+                done.append(f"{table} to version {to} (already at its content)")
+            if child is not None and child["status"] != "rolled_back":
+                self.ledger.record_run(child, "rolled_back", message=f"{intent['why']}; restored version {to}"
+                                       + ("" if version is None else f" as {version}"))
+        message = f"{intent['why']}; restored {', '.join(done)}"
+        self.ledger.record_run(record, "rolled_back", message=message)
         reporter.stage(message)
         self.write_report(plan)
         return message
 
+    def _rollback_blockers(self, plan: BackfillPlan, intent: dict) -> list[str]:
+        """Tables of ``intent`` still to restore that have commits after the run's own, which a RESTORE would
+        undo too (this rollback's own RESTOREs are not among them)."""
+        blockers = []
+        for step in intent["tables"]:
+            state, _, later = restore_state(self.spark, step["table"], plan.commit_run_id, step["published_version"],
+                                            step["restore_to"])
+            if state == "todo" and later:
+                blockers.append(f"table {step['table']} has versions {', '.join(map(str, later))} after this run's "
+                                f"version {step['published_version']}")
+        return blockers
+
     def rollback(self, run_id: str, by: str, why: str, force: bool = False) -> str:
         """Restore every table of published run ``run_id`` (marts newest first, then the target) to its
-        pre-publish version, recording ``by`` and ``why`` in the ledger and in the RESTORE commits.
+        pre-publish version, recording ``by`` and ``why`` in the ledger and in the RESTORE commits; return the
+        line to show.
+
+        Idempotent and resumable: the plan (tables and versions) is recorded (status ``rolling_back``) before the
+        first RESTORE; a run found ``rolling_back`` (a rollback or automatic restore that was killed) continues
+        its recorded plan, and a table this run already restored gets no second RESTORE. A run already
+        ``rolled_back`` is left as it is (the line says so).
 
         Raises
         ------
         PublishError
-            When the run is not ``published``, or (without ``force``) a table has commits after the run's, which
-            a RESTORE would silently undo; the message names the table and those versions.
+            When the run is neither ``published`` nor rolling or rolled back, or (without ``force``) a table
+            still to restore has commits after the run's, which a RESTORE would silently undo; the message names
+            the table and those versions.
         """
         self.ledger.ensure()
         record = self.ledger.run(run_id)
-        if record["status"] != "published":
-            raise PublishError(f"run {run_id} is {record['status']}; only a published run can be rolled back")
+        status = record["status"]
+        if status == "rolled_back":
+            return f"run {run_id} was already rolled back; nothing to restore ({record['message']})"
+        if status not in ("published", "rolling_back"):
+            raise PublishError(f"run {run_id} is {status}; only a published run can be rolled back")
         plan = plan_from_summary(json.loads(record["plan_json"]))
-        order = {m.table: i for i, m in enumerate(plan.request.marts)}
-        marts = []
-        for mart in mart_order(plan.request.marts):
-            child = self.ledger.find_run(f"{run_id}__m{order[mart.table]}")
-            if child and child["status"] == "published":
-                marts.append(RunResult(plan_from_summary(json.loads(child["plan_json"])), "published",
-                                       pre_publish_version=child["pre_publish_version"],
-                                       published_version=child["published_version"]))
-        blockers = []
-        for table, version in [(plan.target_table, record["published_version"])] + [
-                (r.plan.target_table, r.published_version) for r in marts]:
-            later = later_commits(self.spark, table, version)
-            if later:
-                blockers.append(f"table {table} has versions {', '.join(map(str, later))} after this run's version {version}")
+        if status == "rolling_back":
+            intent = json.loads(record["rollback_plan"])
+        else:
+            steps = []
+            order = {m.table: i for i, m in enumerate(plan.request.marts)}
+            for mart in reversed(mart_order(plan.request.marts)):
+                child = self.ledger.find_run(f"{run_id}__m{order[mart.table]}")
+                if child and child["status"] == "published":
+                    steps.append(_rollback_step(mart.table, child["run_id"], child["pre_publish_version"],
+                                                child["published_version"]))
+            steps.append(_rollback_step(plan.target_table, run_id, record["pre_publish_version"],
+                                        record["published_version"]))
+            intent = {"action": "rollback", "why": f"rolled back by {by}: {why}",
+                      "extra": {"rolled_back_by": by, "rollback_reason": why}, "tables": steps}
+        blockers = self._rollback_blockers(plan, intent)
         if blockers and not force:
             raise PublishError(f"rollback of run {run_id} refused: {'; '.join(blockers)}; RESTORE would undo them too "
                                "(rerun with --force to restore anyway)")
+        reporter = Reporter(self.console, run_id)
         with self._durable(), session_time_zone(self.spark, plan.session_time_zone, f"run {run_id}"):
-            return self._restore_all(plan, marts, f"rolled back by {by}: {why}", Reporter(self.console, run_id),
-                                     action="rollback", rolled_back_by=by, rollback_reason=why)
+            if status == "rolling_back":
+                reporter.stage(f"continuing the rollback recorded before: {record['message']}")
+            else:
+                record = self._record_rollback(record, intent)
+            return f"run {run_id}: rolled back; {self._finish_rollback(plan, record, intent, reporter)}"
 
     def _gate_row_counts(self, plan: BackfillPlan, rows: dict[str, int]) -> list[Check]:
         if not strategy_for(plan.strategy).replaces_partitions:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import threading
 
 from pyspark.sql import SparkSession
 
@@ -152,6 +154,31 @@ logger.fileformatwriter.level = off
 """
 
 
+@contextlib.contextmanager
+def _jvm_ignores_sigterm():
+    """Launch the local JVM with SIGTERM ignored, so a SIGTERM to the whole process group (what Airflow,
+    Kubernetes and systemd send) reaches the driver alone: the driver cancels between batches and stops Spark
+    itself, instead of losing its JVM mid-run.
+
+    pyspark's gateway launch (``java_gateway.launch_gateway``) ignores only SIGINT in the child. A disposition
+    of ``SIG_IGN`` survives ``fork`` and ``exec`` (bash, which ``spark-submit`` is, and HotSpot both keep a
+    SIGTERM ignored at their start ignored), so the driver ignores SIGTERM while the JVM is launched. It also
+    blocks SIGTERM meanwhile (main thread), so one sent during the launch stays pending instead of being lost
+    and is delivered to the driver's own handler when both are restored. The JVM dies, as before, when the
+    driver's end of its stdin closes.
+    """
+    if threading.current_thread() is not threading.main_thread():  # signal.signal works in the main thread only
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def build_local_session(settings: Settings) -> SparkSession:
     """Build the embedded default: local master, Delta, warehouse and Derby metastore under ``settings.home``."""
     from delta import configure_spark_with_delta_pip
@@ -179,7 +206,8 @@ def build_local_session(settings: Settings) -> SparkSession:
     )
     for key, value in settings.spark.options.items():
         builder = builder.config(key, value)
-    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    with _jvm_ignores_sigterm():
+        spark = configure_spark_with_delta_pip(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     log.info("local Spark %s on %s, warehouse %s", spark.version, settings.spark.master, settings.warehouse_dir)
     return spark

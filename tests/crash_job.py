@@ -3,7 +3,8 @@
     python tests/crash_job.py SCHEMA[,SCHEMA...] -- ARGS [-- ARGS ...]
 
 Creates ``SCHEMA.events`` (the target) and ``SCHEMA.events_src`` (the source) for each schema when they do not
-exist, then runs each ``ARGS`` through :func:`backfill_lib.cli.main` in this one process (one Spark start), and
+exist (and the mart ``SCHEMA.events_monthly`` of :func:`tests.fixtures.make_monthly` for a schema written
+``SCHEMA+monthly``), then runs each ``ARGS`` through :func:`backfill_lib.cli.main` in this one process (one Spark start), and
 exits with the first non-zero exit code. ``BACKFILL_HOME`` chooses the folder (warehouse, Derby metastore);
 ``BACKFILL_CRASH_AT`` kills the process at a named point (see :mod:`backfill_lib.faults`).
 """
@@ -18,11 +19,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backfill_lib.cli import main  # noqa: E402
 from backfill_lib.settings import load_settings  # noqa: E402
 from backfill_lib.spark import get_spark  # noqa: E402
-from tests.fixtures import EVENTS_SCHEMA, FULL_SOURCE, TARGET_ROWS  # noqa: E402
+from tests.fixtures import EVENTS_SCHEMA, FULL_SOURCE, TARGET_ROWS, make_monthly  # noqa: E402
 
 
 def setup(spark, schema: str) -> None:
+    schema, _, mart = schema.partition("+")
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    if mart == "monthly" and not spark.catalog.tableExists(f"{schema}.events_monthly"):
+        setup(spark, schema)  # the mart is built from the target
+        make_monthly(spark, schema)
     for name, rows in (("events", TARGET_ROWS), ("events_src", FULL_SOURCE)):
         if not spark.catalog.tableExists(f"{schema}.{name}"):
             df = spark.createDataFrame(rows, EVENTS_SCHEMA)

@@ -1,0 +1,227 @@
+"""Crash safety to the last step, in real processes signalled as a scheduler or an operator would.
+
+Four processes (``tests/crash_job.py``, one Spark start each) share one folder and go through one story:
+
+1. ``run`` of a request with a mart, SIGKILL to the process group right after ``run ID: ...`` is printed;
+2. ``status`` and ``resume`` of that ID (it publishes target and mart), then ``rollback``, SIGKILL to the
+   group between the mart's RESTORE and the target's;
+3. ``status`` (``rolling_back``), ``rollback`` again (finishes), ``rollback`` twice more (already rolled back,
+   exit 0, with and without ``--force``), then ``run`` of a second request, SIGTERM to the group while staging;
+4. ``resume`` of the cancelled run.
+
+Each process pauses at a named point (``BACKFILL_PAUSE_AT``, :mod:`backfill_lib.faults`) and the test signals
+its whole process group (``os.killpg``) from outside. The tables and the ledger are read by path from the test
+session (the processes' Derby metastore admits one JVM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from backfill_lib.faults import CONFLICT_ENV, CRASH_ENV, MONITOR_ENV, PAUSE_ENV, PAUSE_FILE_ENV, SIGNAL_ENV
+from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, FULL_EXPECTED, events_request, make_events, make_monthly, with_mart
+from tests.test_crash_points import _wait_for_jvm_exit
+
+ROOT = Path(__file__).resolve().parent.parent
+ROLL, TERM = "cs_roll", "cs_term"  # the schemas: a target with a mart (rollback), a target alone (SIGTERM)
+SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100)]  # 2024-03-09 of an in-process test's source
+
+
+def _run_job(home: Path, name: str, commands: list[list[str]], pause: str, sig: int | None) -> tuple[int, str, str]:
+    """Run ``commands`` (no argument may hold a space: crash_job splits on them) in one crash_job process in its
+    own process group; once it pauses at ``pause``, send
+    ``sig`` to the whole group (``None``: let it finish). Returns exit code, stdout, stderr."""
+    env = {k: v for k, v in os.environ.items() if k not in (CRASH_ENV, SIGNAL_ENV, CONFLICT_ENV, MONITOR_ENV)}
+    marker = home / f"{name}.paused"
+    env.update(BACKFILL_HOME=str(home), BACKFILL_SPARK_MASTER="local[2]")
+    if pause:
+        env.update({PAUSE_ENV: pause, PAUSE_FILE_ENV: str(marker)})
+    argv = [sys.executable, str(ROOT / "tests" / "crash_job.py"), f"{ROLL}+monthly,{TERM}"]
+    for c in commands:
+        argv += ["--", *c]
+    out, err = home / f"{name}.out", home / f"{name}.err"
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=o, stderr=e, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 900
+            while sig is not None and not marker.exists():
+                assert proc.poll() is None, f"{name} ended ({proc.returncode}) before pausing at {pause}: " \
+                                            f"{err.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"{name} never paused at {pause}"
+                time.sleep(0.1)
+            if sig is not None:
+                os.killpg(proc.pid, sig)  # the driver, its Spark JVM and everything else in the group
+            code = proc.wait(timeout=900)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    _wait_for_jvm_exit(home)  # no JVM is left behind, whichever signal ended the driver
+    return code, out.read_text(), err.read_text()
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory):
+    home = tmp_path_factory.mktemp("crash_safety_home")
+    roll = with_mart(tmp_path_factory.mktemp("roll_request"), ROLL)  # 2024-03-09 and the mart's March
+    term = events_request(tmp_path_factory.mktemp("term_request"), TERM, start=D8, end=D10, batch_size=1)
+    steps = {}
+    steps["run"] = _run_job(home, "p1", [["run", str(roll)]], "after_run_id", signal.SIGKILL)
+    found = re.search(r"run ID: (\S+)", steps["run"][1])
+    assert found, steps["run"][1][-2000:]
+    run_id = found.group(1)
+    rollback = ["rollback", run_id, "--by", "ana@example.com", "--reason", "TEST-20-undo"]
+    steps["resume_and_rollback"] = _run_job(home, "p2", [["status", run_id], ["resume", run_id], rollback],
+                                            "between_restores", signal.SIGKILL)
+    steps["rollback_again_and_term"] = _run_job(
+        home, "p3", [["status", run_id], rollback, rollback, [*rollback, "--force"],
+                     ["run", str(term), "--run-id", "term_me"]], "after_stage:1", signal.SIGTERM)
+    steps["resume_term"] = _run_job(home, "p4", [["resume", "term_me"], ["status", "term_me"]], "", None)
+    return home, run_id, steps
+
+
+def _table(home: Path, schema: str, name: str) -> str:
+    return str(home / "warehouse" / f"{schema}.db" / name)
+
+
+def _status(spark, home: Path, run_id: str) -> str:
+    runs = spark.read.format("delta").load(_table(home, "backfill_ledger", "runs"))
+    return runs.where(F.col("run_id") == run_id).orderBy(F.col("seq").desc()).first()["status"]
+
+
+def _history(spark, path: str) -> list:
+    return spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+
+
+def test_a_run_killed_right_after_its_id_is_printed_is_found_and_resumed(story):
+    _, run_id, steps = story
+    assert steps["run"][0] == -signal.SIGKILL
+    code, out, err = steps["resume_and_rollback"]
+    assert code == -signal.SIGKILL  # killed in its rollback, after status and resume
+    assert re.search(rf"run {run_id}: (planned|staging)", out), out[-2000:]
+    assert f"run {run_id}: published 1 partitions" in out
+    assert f"mart {ROLL}.events_monthly: 1 partitions published as version 1 (was 0)" in out
+
+
+def test_a_rollback_killed_between_restores_finishes_with_one_restore_per_table(spark, story):
+    home, run_id, steps = story
+    code, out, err = steps["rollback_again_and_term"]
+    assert f"run {run_id}: rolling_back" in out
+    assert (f"rollback under way (finish it with `backfill rollback RUN_ID` or `backfill resume RUN_ID`): "
+            f"{ROLL}.events_monthly to version 0, {ROLL}.events to version 0") in out
+    assert (f"run {run_id}: rolled back; rolled back by ana@example.com: TEST-20-undo; restored "
+            f"{ROLL}.events_monthly to version 0 (already restored as version 2), {ROLL}.events to version 0") in out
+    # the second and third rollback (with --force) of the rolled-back run: they say so, exit 0, write nothing
+    assert out.count(f"run {run_id} was already rolled back; nothing to restore") == 2
+    for name in ("events", "events_monthly"):
+        path = _table(home, ROLL, name)
+        history = _history(spark, path)
+        assert [h["operation"] for h in history][1:] == ["WRITE", "RESTORE"]  # published, then one RESTORE
+        meta = json.loads(history[2]["userMetadata"])
+        assert (meta["run_id"], meta["action"], meta["rolled_back_by"]) == (run_id, "rollback", "ana@example.com")
+        assert_df_equality(spark.read.format("delta").load(path),
+                           spark.read.format("delta").option("versionAsOf", 0).load(path), ignore_row_order=True)
+    assert _status(spark, home, run_id) == "rolled_back"
+    assert _status(spark, home, f"{run_id}__m0") == "rolled_back"
+
+
+def test_sigterm_to_the_process_group_cancels_and_resume_publishes(spark, story):
+    home, _, steps = story
+    code, out, err = steps["rollback_again_and_term"]
+    assert code == 130, err[-3000:]
+    assert "SIGTERM: finishing the batches in flight, then stopping" in err
+    assert "run term_me cancelled" in err + out
+    assert "unexpected" not in err
+    code, out, err = steps["resume_term"]
+    assert code == 0, err[-3000:]
+    assert "run term_me: published 3 partitions (9 rows)" in out
+    assert _status(spark, home, "term_me") == "published"
+    path = _table(home, TERM, "events")
+    assert_df_equality(spark.read.format("delta").load(path), spark.createDataFrame(FULL_EXPECTED, EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+    history = _history(spark, path)
+    assert [h["version"] for h in history] == [0, 1]  # created, then exactly one publish
+    assert json.loads(history[1]["userMetadata"])["run_id"] == "term_me"
+
+
+def test_the_fence_names_the_run_that_published_in_between(spark, settings, db, tmp_path, capsys):
+    from backfill_lib.cli import main
+    from backfill_lib.runner import Runner, prepare
+    from rich.console import Console
+
+    make_events(spark, db, SOURCE)
+    runner = Runner(spark, settings, Console(file=open(os.devnull, "w")))
+    first = tmp_path / "first"
+    first.mkdir()
+    waiting, _ = prepare(spark, settings, events_request(first, db))
+    assert runner.run(waiting, until="validate").status == "validated"
+    second = tmp_path / "second"
+    second.mkdir()
+    other, _ = prepare(spark, settings, events_request(second, db))
+    assert runner.run(other).status == "published"  # version 1, in the same partition
+
+    assert main(["publish", waiting.run_id]) == 4
+    err = capsys.readouterr().err
+    assert (f"changed in range since the plan read version 0 (now version 1): partitions 2024-03-09; committed "
+            f"since: publish version 1 by backfill run {other.run_id}; nothing published") in err
+
+
+def test_a_rolled_back_run_rolled_back_again_says_so(spark, settings, db, tmp_path, monkeypatch, capsys):
+    from backfill_lib.cli import main
+    from backfill_lib.runner import Runner, prepare
+    from backfill_lib.errors import RolledBackError
+    from rich.console import Console
+
+    make_events(spark, db, SOURCE)
+    make_monthly(spark, db)
+    monkeypatch.setenv(MONITOR_ENV, f"{db}.events_monthly")
+    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
+    with pytest.raises(RolledBackError):
+        Runner(spark, settings, Console(file=open(os.devnull, "w"))).run(plan, state)
+    monkeypatch.delenv(MONITOR_ENV)
+    for force in ([], ["--force"]):
+        capsys.readouterr()
+        assert main(["rollback", plan.run_id, "--by", "ana", "--reason", "again", *force]) == 0
+        assert f"run {plan.run_id} was already rolled back; nothing to restore (release failed: " in capsys.readouterr().out
+    # the automatic restore made one RESTORE per table, each recorded in the plan the ledger kept
+    for table in (f"{db}.events", f"{db}.events_monthly"):
+        assert [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {table}").orderBy("version").collect()][1:] == \
+            ["WRITE", "RESTORE"]
+    from backfill_lib.ledger import Ledger
+
+    record = Ledger(spark, settings.ledger_schema).run(plan.run_id)
+    assert [(t["table"], t["restore_to"]) for t in json.loads(record["rollback_plan"])["tables"]] == \
+        [(f"{db}.events_monthly", 0), (f"{db}.events", 0)]
+
+
+def test_rollback_skips_a_table_already_back_at_its_pre_publish_content(spark, settings, db, tmp_path):
+    from backfill_lib.runner import Runner, prepare
+    from rich.console import Console
+
+    make_events(spark, db, SOURCE)
+    make_monthly(spark, db)
+    runner = Runner(spark, settings, Console(file=open(os.devnull, "w")))
+    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
+    assert runner.run(plan, state).status == "published"
+    spark.sql(f"RESTORE TABLE {db}.events TO VERSION AS OF 0")  # by hand, not by the run: version 2
+
+    line = runner.rollback(plan.run_id, "ana", "undo")  # no --force: version 2 holds version 0's files
+    assert line == (f"run {plan.run_id}: rolled back; rolled back by ana: undo; restored {db}.events_monthly to "
+                    f"version 0, {db}.events to version 0 (already at its content)")
+    history = {t: [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {db}.{t}").orderBy("version").collect()]
+               for t in ("events", "events_monthly")}
+    assert history == {"events": ["CREATE TABLE AS SELECT", "WRITE", "RESTORE"],
+                       "events_monthly": ["CREATE TABLE AS SELECT", "WRITE", "RESTORE"]}
+    for t in ("events", "events_monthly"):
+        assert_df_equality(spark.table(f"{db}.{t}"), spark.read.option("versionAsOf", 0).table(f"{db}.{t}"),
+                           ignore_row_order=True)
