@@ -78,8 +78,8 @@ def constraint_checks(staged: DataFrame, constraints: Sequence[Constraint], keys
             continue
         listed = ", ".join(f"{p} ({n} row{'' if n == 1 else 's'})" for p, n in bad[:LISTED_PARTITIONS])
         more = f" and {len(bad) - LISTED_PARTITIONS} more partitions" if len(bad) > LISTED_PARTITIONS else ""
-        checks.append(Check("constraint", c.label, False, None, None, f"{total} row{'' if total == 1 else 's'}", "0 rows",
-                            f"{total} staged row{' of ' + where + ' violates' if total == 1 else 's of ' + where + ' violate'} "
-                            f"it (Delta would refuse {'it' if total == 1 else 'them'} at publish), in partition "
-                            f"{listed}{more}"))
+        unit, verb, them = ("row", "violates", "it") if total == 1 else ("rows", "violate", "them")
+        checks.append(Check("constraint", c.label, False, None, None, f"{total} {unit}", "0 rows",
+                            f"{total} staged {unit} of {where} {verb} it (Delta would refuse {them} at publish), "
+                            f"in partition {listed}{more}"))
     return checks

@@ -57,7 +57,7 @@ from backfill_lib.spark import session_time_zone
 from backfill_lib.staging import check_reserved_column, staged_rows
 from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.base import partition_fingerprints
-from backfill_lib.tables import Column, TableState, read_table_state
+from backfill_lib.tables import Column, TableState, live_constraints, read_table_state
 from backfill_lib.validation import SuiteRunner, load_suite
 
 
@@ -758,9 +758,9 @@ class Runner:
         aggregation per reconciliation or metric rule (against its source side, read by :meth:`_read_sources`),
         one diff, one ``groupBy`` of the declared keys (each key once, null-safe: :mod:`~backfill_lib.key_audit`)
         and one aggregation of the target's CHECK and NOT NULL constraints (:mod:`~backfill_lib.constraints`);
-        every check still names its partition (or the keys at fault). Returns the checks, the diffs, and (for strategies that
-        replace partitions) the staged rows' per-partition checksums, computed alongside for the post-publish
-        check.
+        every check still names its partition (or the keys at fault). Returns the checks, the diffs, and (for
+        strategies that replace partitions) the staged rows' per-partition checksums, computed alongside for the
+        post-publish check.
 
         Once over the range rather than per batch, because each validation costs a fixed few seconds (GX's
         checkpoint, one Spark job per rule) that batches would multiply.
@@ -816,8 +816,8 @@ class Runner:
     def _constraints(self, plan: BackfillPlan, staged) -> list[Check]:
         """The target's CHECK and NOT NULL constraints (as the target holds them now: those its publishing commit
         will meet) that apply to ``plan``'s strategy, evaluated on the staged rows."""
-        state = read_table_state(self.spark, plan.target_table, with_partitions=False)
-        return constraint_checks(staged, applicable(state.constraints, plan.strategy, plan.request.keys),
+        constraints = live_constraints(self.spark, plan.target_table)
+        return constraint_checks(staged, applicable(constraints, plan.strategy, plan.request.keys),
                                  plan.partition_keys, plan.staging_table)
 
     def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged, whole: bool, source: Future) -> list[Check]:

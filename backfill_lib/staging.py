@@ -30,7 +30,7 @@ from backfill_lib.errors import SchemaMismatchError, StrayRowsError
 from backfill_lib.partitions import quote_ident
 from backfill_lib.plan import BackfillPlan, Batch
 from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.tables import Column, column_mapping_mode
+from backfill_lib.tables import Column, column_mapping_mode, live_metadata
 
 #: The staging table's partition column: the plan's batch index (INT). Not a column of the target.
 BATCH_COLUMN = "_backfill_batch"
@@ -99,8 +99,8 @@ COLUMN_MAPPING_PROPERTIES = {"delta.columnMapping.mode": "name", "delta.minReade
 def staging_properties(spark: SparkSession, target_table: str) -> dict[str, str]:
     """The table properties a staging table of ``target_table`` inherits: column mapping by name when the target
     maps columns (by name or id), since its column names may then hold characters Delta refuses in unmapped
-    tables (a space, ``,;{}()=``); nothing otherwise (one ``DESCRIBE DETAIL`` of the target, no Spark job)."""
-    properties = spark.sql(f"DESCRIBE DETAIL {target_table}").first()["properties"] or {}
+    tables (a space, ``,;{}()=``); nothing otherwise. Read from the target's latest snapshot (no Spark job)."""
+    properties, _ = live_metadata(spark, target_table)
     return dict(COLUMN_MAPPING_PROPERTIES) if column_mapping_mode(properties) != "none" else {}
 
 

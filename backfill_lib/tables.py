@@ -300,6 +300,42 @@ def _is_view(spark: SparkSession, name: str) -> bool:
         return False
 
 
+def _snapshot_metadata(snapshot) -> tuple[dict[str, str], tuple[Column, ...]]:
+    """The table properties and top-level columns of ``snapshot``'s metadata (its Delta log; no catalog call)."""
+    from pyspark.sql.types import StructType
+
+    entries = snapshot.metadata().configuration().iterator()
+    properties = {}
+    while entries.hasNext():
+        entry = entries.next()
+        properties[entry._1()] = entry._2()
+    schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
+    return properties, tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
+
+
+def live_metadata(spark: SparkSession, name: str) -> tuple[dict[str, str], tuple[Column, ...]]:
+    """Delta table ``name``'s properties and columns as of its latest commit: from the snapshot's metadata (one
+    catalog lookup, :func:`latest_snapshot`), else (Delta's internal API changed shape) from ``DESCRIBE DETAIL``.
+
+    Raises
+    ------
+    IntakeError
+        When the table does not exist or is not a Delta table.
+    """
+    try:
+        return _snapshot_metadata(latest_snapshot(spark, name))
+    except Exception:
+        state = read_table_state(spark, name, with_partitions=False)
+        properties = spark.sql(f"DESCRIBE DETAIL {name}").first()["properties"] or {}
+        return properties, state.columns
+
+
+def live_constraints(spark: SparkSession, name: str) -> tuple[Constraint, ...]:
+    """The CHECK and NOT NULL constraints Delta table ``name`` enforces as of its latest commit
+    (:func:`constraints_of` of :func:`live_metadata`)."""
+    return constraints_of(*live_metadata(spark, name))
+
+
 def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None) -> dict[str, PartitionStats]:
     """Files, bytes, rows and a file-set fingerprint per value of ``partition_column`` of Delta table ``name``,
     from the Delta log of ``snapshot`` (default: the latest, from :func:`latest_snapshot`).

@@ -13,7 +13,8 @@ from backfill_lib.cli import main
 from backfill_lib.errors import GateFailedError
 from backfill_lib.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
-from backfill_lib.tables import Constraint, current_version, read_table_state
+from backfill_lib.tables import (Constraint, _snapshot_metadata, constraints_of, current_version, latest_snapshot,
+                                 live_constraints, read_table_state)
 from tests.conftest import write_request
 
 D8, D9, D10 = date(2024, 3, 8), date(2024, 3, 9), date(2024, 3, 10)
@@ -137,6 +138,9 @@ def test_the_target_constraints_are_read_with_its_state(spark, db):
     assert [c.label for c in state.constraints] == ["a_line: CHECK (line IS NULL OR line > 0)",
                                                     "positive: CHECK (v >= 0)", "NOT NULL order_id", "NOT NULL v"]
     assert state.column_mapping == "none"
+    # validation reads them from the latest snapshot's metadata (the Delta log), the same ones
+    assert constraints_of(*_snapshot_metadata(latest_snapshot(spark, f"{db}.orders"))) == state.constraints
+    assert live_constraints(spark, f"{db}.orders") == state.constraints
 
 
 def test_a_check_constraint_violated_fails_the_gate_naming_it(spark, settings, db, tmp_path, capsys):
@@ -273,3 +277,25 @@ def test_a_column_mapped_target_with_spaces_works_end_to_end(spark, settings, db
     runner(spark, settings).rollback(result.plan.run_id, "ana", "test rollback")
     assert_df_equality(spark.table(f"{db}.mapped"), spark.createDataFrame(original, cols), ignore_row_order=True)
     assert current_version(spark, f"{db}.mapped") == before + 2
+
+
+def test_a_column_mapped_target_with_spaces_rebuilds(spark, settings, db, tmp_path):
+    cols = "`order id` INT, `unit price` INT, `order date` DATE"
+    mapped = "TBLPROPERTIES ('delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '2', " \
+             "'delta.minWriterVersion' = '5')"
+    spark.sql(f"CREATE TABLE {db}.mapped ({cols}) USING delta PARTITIONED BY (`order date`) {mapped}")
+    spark.createDataFrame([(1, 10, D9), (3, 30, D10)], cols).writeTo(f"{db}.mapped").append()
+    spark.sql(f"CREATE TABLE {db}.mapped_src ({cols}) USING delta {mapped}")
+    rebuilt = [(1, 11, D9), (2, 21, D9), (4, 41, D8)]
+    spark.createDataFrame(rebuilt, cols).writeTo(f"{db}.mapped_src").append()
+    path = request(tmp_path, f"{db}.mapped", f"SELECT * FROM {db}.mapped_src", strategy="rebuild", start=None,
+                   keys=("order id",), partition_column="order date",
+                   gates={"allow_row_growth": True, "allow_row_loss": True})
+    before = current_version(spark, f"{db}.mapped")
+    result = run(spark, settings, path)
+
+    assert result.status == "published", result.failures
+    assert result.published_version == before + 1 == current_version(spark, f"{db}.mapped")
+    assert_df_equality(spark.table(f"{db}.mapped"), spark.createDataFrame(rebuilt, cols), ignore_row_order=True)
+    assert read_table_state(spark, f"{db}.mapped").column_mapping == "name"
+    assert all(c.success for c in result.checks)

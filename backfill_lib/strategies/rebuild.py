@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from backfill_lib.ledger import Check
 from backfill_lib.partitions import quote_ident
@@ -15,6 +14,10 @@ from backfill_lib.staging import staging_properties
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.strategies.commit_check import Published
 from backfill_lib.tables import partition_stats
+
+
+#: Table properties Delta maintains and refuses to be given (``DELTA_CANNOT_MODIFY_TABLE_PROPERTY``).
+DELTA_OWNED_PROPERTIES = ("delta.columnMapping.maxColumnId",)
 
 
 def _literal(value: str) -> str:
@@ -39,18 +42,29 @@ class Rebuild(StrategyImpl):
         ``df`` was analysed in the run's time zone; it is written in the plan's ``write_time_zone`` because the
         staging table is partitioned by the plan's column (see :attr:`BackfillPlan.write_time_zone`)."""
         properties = staging_properties(spark, plan.target_table)  # column mapping, as the target's
-        before_write()
-        writer = df.writeTo(plan.staging_table).using("delta").partitionedBy(F.col(quote_ident(plan.partition_column)))
-        for key, value in properties.items():
-            writer = writer.tableProperty(key, value)
-        with session_time_zone(spark, plan.write_time_zone, f"run {plan.run_id}"):
-            writer.createOrReplace()
+        tblprops = ""
+        if properties:
+            tblprops = " TBLPROPERTIES (" + ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in properties.items()) + ")"
+        # SQL rather than writeTo(...).partitionedBy(col): that re-parses the column's name, so a name with a space
+        # (a column-mapped target's) fails to parse; here it is quoted.
+        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {plan.staging_table.rsplit('.', 1)[0]}")
+        view = f"backfill_rebuild_{plan.run_id}"
+        df.createOrReplaceTempView(view)
+        try:
+            before_write()
+            with session_time_zone(spark, plan.write_time_zone, f"run {plan.run_id}"):
+                spark.sql(f"CREATE OR REPLACE TABLE {plan.staging_table} USING delta "
+                          f"PARTITIONED BY ({quote_ident(plan.partition_column)}){tblprops} AS SELECT * FROM {view}")
+        finally:
+            spark.catalog.dropTempView(view)
         return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_column).items() if k}
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """``CREATE OR REPLACE TABLE target ... AS SELECT * FROM staging`` keeping the table's properties."""
         pre = check_fence(spark, plan)
         properties = spark.sql(f"DESCRIBE DETAIL {plan.target_table}").first()["properties"] or {}
+        # Delta keeps a column-mapped table's highest column ID itself and refuses it as a user property.
+        properties = {k: v for k, v in properties.items() if k not in DELTA_OWNED_PROPERTIES}
         tblprops = ""
         if properties:
             tblprops = " TBLPROPERTIES (" + ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in properties.items()) + ")"
