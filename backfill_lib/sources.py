@@ -127,7 +127,10 @@ def refuse_escapes(df: DataFrame, where: str) -> None:
     jdf = getattr(df, "_jdf", None)
     if jdf is None:
         return
-    classes = _classes(json.loads(jdf.queryExecution().analyzed().toJSON()))
+    try:
+        classes = _classes(json.loads(jdf.queryExecution().analyzed().toJSON()))
+    except Exception as exc:  # fail closed: a plan that cannot be inspected is not run
+        raise IntakeError(f"{where}: its analysed plan could not be inspected: {first_line(exc)}") from exc
     for cls, what in FORBIDDEN.items():
         if cls in classes:
             raise IntakeError(f"{where}: uses {what}; request SQL may only read tables")
