@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from backfill_lib.errors import BackfillError, GateFailedError
+from backfill_lib.errors import MESSAGE_LIMIT, BackfillError, GateFailedError, first_line, one_line
 from backfill_lib.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -367,20 +367,6 @@ def quiet_spark_query_errors() -> None:
     PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
 
 
-#: The longest error line the command prints (an echoed input, a Spark plan or a stack never floods a log).
-MESSAGE_LIMIT = 500
-
-
-def _first_line(exc: BaseException) -> str:
-    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-
-
-def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """The first non-blank line of ``text``, cut to ``limit`` characters (ending ``...`` when cut)."""
-    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``backfill`` console script and of ``jobs/backfill_job.py``; returns the exit code."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
@@ -403,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         if _State.debug:
             raise
         hint = " (rerun with --debug for the traceback)"
-        line = one_line(f"error: unexpected {type(exc).__name__}: {_first_line(exc)}", MESSAGE_LIMIT - len(hint))
+        line = one_line(f"error: unexpected {type(exc).__name__}: {first_line(exc)}", MESSAGE_LIMIT - len(hint))
         err_console.print(line + hint, highlight=False, soft_wrap=True, markup=False)
         return 1
 

@@ -6,6 +6,23 @@ field, table, partition or key at fault; the CLI prints it and exits with :attr:
 
 from __future__ import annotations
 
+#: The longest message line the product prints or records (an echoed input, a Spark plan or a stack never
+#: floods a log or the ledger).
+MESSAGE_LIMIT = 500
+
+
+def one_line(text: str, limit: int | None = MESSAGE_LIMIT) -> str:
+    """The first non-blank line of ``text``, stripped and cut to ``limit`` characters (ending ``...`` when cut;
+    ``None``: not cut); ``""`` when ``text`` is blank."""
+    line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
+    return line if limit is None or len(line) <= limit else line[: limit - 3] + "..."
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of ``exc``'s message (Spark's start with a newline and carry a plan after), or its
+    type's name when the message is blank; not cut."""
+    return one_line(str(exc), None) or type(exc).__name__
+
 
 class BackfillError(Exception):
     """Root of every error delta-backfill raises on purpose. Exit code 1."""

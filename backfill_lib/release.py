@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import SparkSession
 
 from backfill_lib.errors import PublishError
-from backfill_lib.tables import current_version, history_since, latest_snapshot, user_metadata_since
+from backfill_lib.tables import current_version, history_since, latest_snapshot
 
 DEFAULT_DELETED_FILE_RETENTION = timedelta(days=7)
 DEFAULT_LOG_RETENTION = timedelta(days=30)
@@ -122,7 +122,3 @@ def check_protected(protected: tuple[str, ...], tables: list[str], approved_by: 
         raise PublishError(f"table {hit[0]} is protected (settings protected_tables): publishing needs "
                            "--approve NAME, naming who approved it; nothing published")
 
-
-def later_commits(spark: SparkSession, table: str, version: int) -> list[int]:
-    """Versions of ``table`` committed after ``version``, oldest first."""
-    return sorted(v for v, _ in user_metadata_since(spark, table, version + 1))

@@ -23,6 +23,7 @@ from backfill_lib.diff import evaluate as evaluate_diff
 from backfill_lib.batch_stager import BatchStager
 from backfill_lib.constraints import applicable, constraint_checks
 from backfill_lib.errors import (
+    MESSAGE_LIMIT,
     BackfillError,
     CancelledError,
     GateFailedError,
@@ -31,6 +32,8 @@ from backfill_lib.errors import (
     RequestError,
     RolledBackError,
     SourceChangedError,
+    first_line,
+    one_line,
 )
 from backfill_lib.faults import crash_point, monitor_failure
 from backfill_lib.gates import row_count_checks
@@ -79,14 +82,11 @@ class RunResult:
         return tuple(c for c in self.checks if not c.success)
 
 
-def failure_message(exc: BaseException, limit: int = 500) -> str:
+def failure_message(exc: BaseException, limit: int = MESSAGE_LIMIT) -> str:
     """The one-line message recorded for a failed run: a :class:`BackfillError`'s first line, any other error's
     type and first line (``unexpected Py4JJavaError: ...``), at most ``limit`` characters."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
-    if not isinstance(exc, BackfillError):
-        text = f"unexpected {type(exc).__name__}: {text}"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    text = str(exc) if isinstance(exc, BackfillError) else f"unexpected {type(exc).__name__}: {first_line(exc)}"
+    return one_line(text, limit)
 
 
 def _utc() -> datetime:

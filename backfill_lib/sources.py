@@ -19,7 +19,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.errors import IntakeError
+from backfill_lib.errors import IntakeError, first_line
 from backfill_lib.partitions import quote_ident
 from backfill_lib.request import BackfillRequest
 from backfill_lib.sql_text import single_query, wrap_query
@@ -30,11 +30,6 @@ FORBIDDEN = {
         "reflect / java_method / try_reflect (they call JVM methods)",
     "org.apache.spark.sql.catalyst.plans.logical.ScriptTransformation": "TRANSFORM ... USING (it runs a program)",
 }
-
-
-def first_line(exc: BaseException) -> str:
-    """The first non-blank line of ``exc``'s message (Spark's start with a newline and carry a plan after)."""
-    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
 def read_sql(path: str | Path, where: str | None = None) -> str:
