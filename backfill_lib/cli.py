@@ -20,8 +20,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from backfill_lib.errors import MESSAGE_LIMIT, BackfillError, GateFailedError, first_line, one_line
-from backfill_lib.settings import Settings, load_settings
+from backfill_lib.core.errors import MESSAGE_LIMIT, BackfillError, GateFailedError, first_line, one_line
+from backfill_lib.core.settings import Settings, load_settings
 
 app = typer.Typer(
     help="Safe backfills of Delta Lake tables: intake, plan, run, validate, publish.",
@@ -43,7 +43,7 @@ def _settings() -> Settings:
 
 
 def _spark(settings: Settings):
-    from backfill_lib.spark import get_spark
+    from backfill_lib.adapters.session import get_spark
 
     return get_spark(settings)
 
@@ -60,8 +60,8 @@ def _root(
 @app.command()
 def plan(request: Annotated[str, typer.Argument(help="Request file, e.g. conf/backfills/fix_daily_route_delays.yml.")]) -> None:
     """Dry run: print the partitions the request touches and their current cost. Writes nothing."""
-    from backfill_lib.explain import explain
-    from backfill_lib.request import load_request
+    from backfill_lib.intake.request import load_request
+    from backfill_lib.plan.explain import explain
     from backfill_lib.runner import prepare
 
     settings = _settings()
@@ -114,8 +114,8 @@ def run(
 ) -> None:
     """Run a backfill: intake, plan, stage by partition, validate, publish in one commit."""
     _check_until(until)
-    from backfill_lib.plan import check_run_id
-    from backfill_lib.request import load_request
+    from backfill_lib.intake.request import load_request
+    from backfill_lib.plan.model import check_run_id
     from backfill_lib.runner import Runner, prepare
 
     settings = _settings()
@@ -138,7 +138,7 @@ def run(
 def _announce_run_id(run_id: str) -> None:
     """Print the run ID once the run is in the ledger (``status`` and ``resume`` find it from then on), and
     flush it: a scheduler's log must have it even if the process is killed right after."""
-    from backfill_lib.faults import crash_point
+    from backfill_lib.core.faults import crash_point
 
     console.print(f"run ID: [bold]{run_id}[/bold]", highlight=False)
     console.file.flush()
@@ -233,9 +233,9 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
     """List the table's versions written by backfills (DESCRIBE HISTORY userMetadata joined with the ledger)."""
     from pyspark.errors import AnalysisException
 
-    from backfill_lib.errors import IntakeError
-    from backfill_lib.history import backfill_versions
-    from backfill_lib.ledger import Ledger
+    from backfill_lib.core.errors import IntakeError
+    from backfill_lib.publish.history import backfill_versions
+    from backfill_lib.run.ledger import Ledger
 
     settings = _settings()
     spark = _spark(settings)
@@ -271,7 +271,7 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     """Show runs from the ledger, or one run and its partitions."""
     from pyspark.sql import functions as F
 
-    from backfill_lib.ledger import Ledger
+    from backfill_lib.run.ledger import Ledger
 
     settings = _settings()
     ledger = Ledger(_spark(settings), settings.ledger_schema)
@@ -321,9 +321,9 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
 @app.command()
 def report(run_id: Annotated[str, typer.Argument(help="The run ID.")]) -> None:
     """Write the run's HTML report and Markdown summary (under the local folder's runs/RUN_ID/)."""
-    from backfill_lib.errors import RunNotFoundError
-    from backfill_lib.ledger import Ledger
-    from backfill_lib.run_report import write_run_report
+    from backfill_lib.core.errors import RunNotFoundError
+    from backfill_lib.report.run_report import write_run_report
+    from backfill_lib.run.ledger import Ledger
 
     settings = _settings()
     spark = _spark(settings)

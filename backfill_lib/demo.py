@@ -23,8 +23,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.errors import BackfillError
-from backfill_lib.settings import Settings
+from backfill_lib.core.errors import BackfillError
+from backfill_lib.core.settings import Settings
 
 FLIGHTS = "demo.flights"
 DAILY_ROUTE_DELAYS = "demo.daily_route_delays"

@@ -18,11 +18,11 @@ from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from backfill_lib.diff import diff_by_key
-from backfill_lib.diff import evaluate as evaluate_diff
-from backfill_lib.batch_stager import BatchStager
-from backfill_lib.constraints import applicable, constraint_checks
-from backfill_lib.errors import (
+from backfill_lib.adapters.delta_log import live_constraints, read_table_state
+from backfill_lib.adapters.pool import in_pool
+from backfill_lib.adapters.session import session_time_zone
+from backfill_lib.core.checks import Check
+from backfill_lib.core.errors import (
     MESSAGE_LIMIT,
     BackfillError,
     CancelledError,
@@ -35,33 +35,35 @@ from backfill_lib.errors import (
     first_line,
     one_line,
 )
-from backfill_lib.faults import crash_point, monitor_failure
-from backfill_lib.gates import row_count_checks
-from backfill_lib.key_audit import unique_key_checks
-from backfill_lib.ledger import Check, Ledger, run_record
-from backfill_lib.metrics import compare as compare_metrics
-from backfill_lib.metrics import profile
-from backfill_lib.partitions import quote_ident, range_predicate
-from backfill_lib.plan import BackfillPlan, Batch, build_plan, plan_from_summary
-from backfill_lib.progress import Reporter
-from backfill_lib.publish import committed_version, restore, restore_state
-from backfill_lib.reconcile import reconcile_batch, source_metric
-from backfill_lib.release import check_protected, check_rollback_ready, rollback_until
-from backfill_lib.retry import with_conflict_retry
-from backfill_lib.request import BackfillRequest, Strategy, load_request, mart_order
-from backfill_lib.rule_checks import check_rules
-from backfill_lib.run_report import RunOutcome, diff_rows, ledger_outcome, write_run_report
-from backfill_lib.scheduler_pool import in_pool
-from backfill_lib.schema_guard import ColumnCast, align
-from backfill_lib.settings import Settings
-from backfill_lib.source_snapshot import describe_pins, pin_sources, read_table, source_changes
-from backfill_lib.sources import source_frame, source_input
-from backfill_lib.spark import session_time_zone
-from backfill_lib.staging import check_reserved_column, staged_rows
+from backfill_lib.core.faults import crash_point, monitor_failure
+from backfill_lib.core.partitions import quote_ident, range_predicate
+from backfill_lib.core.progress import Reporter
+from backfill_lib.core.retry import with_conflict_retry
+from backfill_lib.core.settings import Settings
+from backfill_lib.core.table_state import Column, TableState
+from backfill_lib.intake.request import BackfillRequest, Strategy, load_request, mart_order
+from backfill_lib.intake.rule_checks import check_rules
+from backfill_lib.intake.schema_guard import ColumnCast, align
+from backfill_lib.intake.sources import source_frame, source_input
+from backfill_lib.plan.model import BackfillPlan, Batch, build_plan, plan_from_summary
+from backfill_lib.plan.source_pins import describe_pins, pin_sources, read_table, source_changes
+from backfill_lib.publish.commit import committed_version, restore, restore_state
+from backfill_lib.publish.release import check_protected, check_rollback_ready, rollback_until
+from backfill_lib.report.run_report import RunOutcome, diff_rows, ledger_outcome, write_run_report
+from backfill_lib.run.batch_stager import BatchStager
+from backfill_lib.run.ledger import Ledger, run_record
+from backfill_lib.run.staging import check_reserved_column, staged_rows
 from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.base import partition_fingerprints
-from backfill_lib.tables import Column, TableState, live_constraints, read_table_state
-from backfill_lib.validation import SuiteRunner, load_suite
+from backfill_lib.validate.constraints import applicable, constraint_checks
+from backfill_lib.validate.diff import diff_by_key
+from backfill_lib.validate.diff import evaluate as evaluate_diff
+from backfill_lib.validate.gates import row_count_checks
+from backfill_lib.validate.key_audit import unique_key_checks
+from backfill_lib.validate.metrics import compare as compare_metrics
+from backfill_lib.validate.metrics import profile
+from backfill_lib.validate.reconcile import reconcile_batch, source_metric
+from backfill_lib.validate.suites import SuiteRunner, load_suite
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def _pinned_input(spark: SparkSession, request, bounds) -> tuple:
 
 def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[ColumnCast, ...]:
     """Intake against the live source: analyse the source SQL (no data read), check every rule's tables, columns
-    and expressions (:func:`~backfill_lib.rule_checks.check_rules`), and align the source to the target.
+    and expressions (:func:`~backfill_lib.intake.rule_checks.check_rules`), and align the source to the target.
 
     A rebuild may change the schema, so its source only has to provide the partition column (of the grain's
     type) and the keys; its columns are taken as they are.
@@ -217,7 +219,7 @@ def _validation_scope(plan: BackfillPlan) -> tuple[Batch, bool]:
 
 def _metric_source(spark: SparkSession, plan: BackfillPlan, scope: Batch, rule, whole: bool) -> dict:
     """A metric rule's metrics of its source per partition over ``scope`` (the whole source when ``whole``); reads
-    only the source, like :func:`~backfill_lib.reconcile.source_metric`."""
+    only the source, like :func:`~backfill_lib.validate.reconcile.source_metric`."""
     source = read_table(spark, plan, rule.source.table)  # at the version the run pinned
     if not whole:
         source = source.where(range_predicate(rule.source.partition_column, scope.start, scope.end))
@@ -756,8 +758,8 @@ class Runner:
                   sources: dict[str, list[Future]]) -> tuple[list[Check], list, dict | None]:
         """Audit the staged rows of the whole range at once (write-audit-publish): one GX validation, one
         aggregation per reconciliation or metric rule (against its source side, read by :meth:`_read_sources`),
-        one diff, one ``groupBy`` of the declared keys (each key once, null-safe: :mod:`~backfill_lib.key_audit`)
-        and one aggregation of the target's CHECK and NOT NULL constraints (:mod:`~backfill_lib.constraints`);
+        one diff, one ``groupBy`` of the declared keys (each key once, null-safe: :mod:`~backfill_lib.validate.key_audit`)
+        and one aggregation of the target's CHECK and NOT NULL constraints (:mod:`~backfill_lib.validate.constraints`);
         every check still names its partition (or the keys at fault). Returns the checks, the diffs, and (for
         strategies that replace partitions) the staged rows' per-partition checksums, computed alongside for the
         post-publish check.

@@ -25,7 +25,7 @@ def create_tables(spark, db: str) -> None:
 
 
 if __name__ == "__main__":
-    from backfill_lib.settings import load_settings
-    from backfill_lib.spark import get_spark
+    from backfill_lib.adapters.session import get_spark
+    from backfill_lib.core.settings import load_settings
 
     create_tables(get_spark(load_settings()), sys.argv[1])

@@ -17,15 +17,15 @@ def settings(tmp_path_factory):
     os.environ["BACKFILL_HOME"] = str(tmp_path_factory.mktemp("backfill_home"))
     os.environ["BACKFILL_SPARK_MASTER"] = "local[2]"
     os.chdir(ROOT)
-    from backfill_lib.settings import load_settings
+    from backfill_lib.core.settings import load_settings
 
     return load_settings(ROOT / "conf" / "settings.yml")
 
 
 @pytest.fixture(scope="session")
 def spark(settings):
+    from backfill_lib.adapters.session import get_spark
     from backfill_lib.cli import quiet_spark_query_errors
-    from backfill_lib.spark import get_spark
 
     session = get_spark(settings)
     session.conf.set("spark.sql.shuffle.partitions", "2")

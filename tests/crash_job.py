@@ -6,7 +6,7 @@ Creates ``SCHEMA.events`` (the target) and ``SCHEMA.events_src`` (the source) fo
 exist (and the mart ``SCHEMA.events_monthly`` of :func:`tests.fixtures.make_monthly` for a schema written
 ``SCHEMA+monthly``), then runs each ``ARGS`` through :func:`backfill_lib.cli.main` in this one process (one Spark start), and
 exits with the first non-zero exit code. ``BACKFILL_HOME`` chooses the folder (warehouse, Derby metastore);
-``BACKFILL_CRASH_AT`` kills the process at a named point (see :mod:`backfill_lib.faults`).
+``BACKFILL_CRASH_AT`` kills the process at a named point (see :mod:`backfill_lib.core.faults`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from backfill_lib.adapters.session import get_spark  # noqa: E402
 from backfill_lib.cli import main  # noqa: E402
-from backfill_lib.settings import load_settings  # noqa: E402
-from backfill_lib.spark import get_spark  # noqa: E402
+from backfill_lib.core.settings import load_settings  # noqa: E402
 from tests.fixtures import EVENTS_SCHEMA, FULL_SOURCE, TARGET_ROWS, make_monthly  # noqa: E402
 
 

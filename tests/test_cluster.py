@@ -37,7 +37,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from backfill_lib.spark import DELTA_CATALOG, DELTA_EXTENSION, LOG4J2_PROPERTIES
+from backfill_lib.adapters.session import DELTA_CATALOG, DELTA_EXTENSION, LOG4J2_PROPERTIES
 from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, with_mart
 
 pytestmark = pytest.mark.cluster

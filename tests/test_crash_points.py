@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from chispa import assert_df_equality
 
-from backfill_lib.faults import CONFLICT_ENV, CRASH_ENV, SIGNAL_ENV
+from backfill_lib.core.faults import CONFLICT_ENV, CRASH_ENV, SIGNAL_ENV
 from tests.fixtures import D8, D10, EVENTS_SCHEMA, FULL_EXPECTED, events_request
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ Four processes (``tests/crash_job.py``, one Spark start each) share one folder a
    exit 0, with and without ``--force``), then ``run`` of a second request, SIGTERM to the group while staging;
 4. ``resume`` of the cancelled run.
 
-Each process pauses at a named point (``BACKFILL_PAUSE_AT``, :mod:`backfill_lib.faults`) and the test signals
+Each process pauses at a named point (``BACKFILL_PAUSE_AT``, :mod:`backfill_lib.core.faults`) and the test signals
 its whole process group (``os.killpg``) from outside. The tables and the ledger are read by path from the test
 session (the processes' Derby metastore admits one JVM).
 """
@@ -29,8 +29,18 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from backfill_lib.faults import CONFLICT_ENV, CRASH_ENV, MONITOR_ENV, PAUSE_ENV, PAUSE_FILE_ENV, SIGNAL_ENV
-from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, FULL_EXPECTED, events_request, make_events, make_monthly, with_mart
+from backfill_lib.core.faults import CONFLICT_ENV, CRASH_ENV, MONITOR_ENV, PAUSE_ENV, PAUSE_FILE_ENV, SIGNAL_ENV
+from tests.fixtures import (
+    D8,
+    D9,
+    D10,
+    EVENTS_SCHEMA,
+    FULL_EXPECTED,
+    events_request,
+    make_events,
+    make_monthly,
+    with_mart,
+)
 from tests.test_crash_points import _wait_for_jvm_exit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,9 +165,10 @@ def test_sigterm_to_the_process_group_cancels_and_resume_publishes(spark, story)
 
 
 def test_the_fence_names_the_run_that_published_in_between(spark, settings, db, tmp_path, capsys):
+    from rich.console import Console
+
     from backfill_lib.cli import main
     from backfill_lib.runner import Runner, prepare
-    from rich.console import Console
 
     make_events(spark, db, SOURCE)
     runner = Runner(spark, settings, Console(file=open(os.devnull, "w")))
@@ -177,10 +188,11 @@ def test_the_fence_names_the_run_that_published_in_between(spark, settings, db, 
 
 
 def test_a_rolled_back_run_rolled_back_again_says_so(spark, settings, db, tmp_path, monkeypatch, capsys):
-    from backfill_lib.cli import main
-    from backfill_lib.runner import Runner, prepare
-    from backfill_lib.errors import RolledBackError
     from rich.console import Console
+
+    from backfill_lib.cli import main
+    from backfill_lib.core.errors import RolledBackError
+    from backfill_lib.runner import Runner, prepare
 
     make_events(spark, db, SOURCE)
     make_monthly(spark, db)
@@ -197,7 +209,7 @@ def test_a_rolled_back_run_rolled_back_again_says_so(spark, settings, db, tmp_pa
     for table in (f"{db}.events", f"{db}.events_monthly"):
         assert [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {table}").orderBy("version").collect()][1:] == \
             ["WRITE", "RESTORE"]
-    from backfill_lib.ledger import Ledger
+    from backfill_lib.run.ledger import Ledger
 
     record = Ledger(spark, settings.ledger_schema).run(plan.run_id)
     assert [(t["table"], t["restore_to"]) for t in json.loads(record["rollback_plan"])["tables"]] == \
@@ -205,8 +217,9 @@ def test_a_rolled_back_run_rolled_back_again_says_so(spark, settings, db, tmp_pa
 
 
 def test_rollback_skips_a_table_already_back_at_its_pre_publish_content(spark, settings, db, tmp_path):
-    from backfill_lib.runner import Runner, prepare
     from rich.console import Console
+
+    from backfill_lib.runner import Runner, prepare
 
     make_events(spark, db, SOURCE)
     make_monthly(spark, db)

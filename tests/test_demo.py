@@ -6,9 +6,9 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.cli import main
 from backfill_lib.demo import DAILY_ROUTE_DELAYS, FLIGHT_COUNT, FLIGHTS, MONTHLY_ROUTE_DELAYS, setup_demo
-from backfill_lib.tables import current_version
 
 pytestmark = pytest.mark.demo
 COLUMNS = ["flight_date", "origin", "dest", "carrier", "flights", "cancelled", "mean_arr_delay_min", "total_arr_delay_min"]

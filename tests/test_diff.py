@@ -5,8 +5,9 @@ import pytest
 from pydantic import ValidationError
 from pyspark.sql.types import DateType, DecimalType, IntegerType, StringType, StructField, StructType
 
-from backfill_lib.diff import DiffGate, PartitionDiff, diff_by_key, evaluate
-from backfill_lib.errors import IntakeError
+from backfill_lib.core.errors import IntakeError
+from backfill_lib.intake.rules import DiffGate
+from backfill_lib.validate.diff import PartitionDiff, diff_by_key, evaluate
 
 D10, D11 = date(2024, 3, 10), date(2024, 3, 11)
 ROWS = StructType([StructField("id", IntegerType()), StructField("dt", DateType()), StructField("v", IntegerType())])

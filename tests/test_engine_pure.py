@@ -4,11 +4,11 @@ from datetime import date, timedelta
 
 import pytest
 
-from backfill_lib.errors import ConflictError, RequestError
-from backfill_lib.plan import check_run_id
-from backfill_lib.release import check_protected, parse_interval, retention
-from backfill_lib.request import BackfillRequest, DateRange, Mart, Source, Target, mart_order
-from backfill_lib.retry import backoff_seconds, with_conflict_retry
+from backfill_lib.core.errors import ConflictError, RequestError
+from backfill_lib.core.retry import backoff_seconds, with_conflict_retry
+from backfill_lib.intake.request import BackfillRequest, DateRange, Mart, Source, Target, mart_order
+from backfill_lib.plan.model import check_run_id
+from backfill_lib.publish.release import check_protected, parse_interval, retention
 
 
 def test_backoff_doubles_and_is_capped():

@@ -11,10 +11,10 @@ from chispa import assert_df_equality
 from pyspark.sql.types import IntegerType, StructField, StructType, TimestampType
 from rich.console import Console
 
-from backfill_lib.errors import StrayRowsError
-from backfill_lib.ledger import Ledger
+from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.core.errors import StrayRowsError
+from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
-from backfill_lib.tables import current_version
 from tests.conftest import write_request
 
 HITS = StructType([StructField("id", IntegerType(), False), StructField("h", TimestampType(), True),

@@ -7,8 +7,9 @@ from datetime import datetime, timezone
 import pytest
 from pyspark.errors import AnalysisException
 
-from backfill_lib.ledger import Check, Ledger
-from backfill_lib.tables import current_version
+from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.core.checks import Check
+from backfill_lib.run.ledger import Ledger
 
 
 def test_events_are_written_behind_and_the_plan_json_only_once(spark, db):
@@ -81,7 +82,7 @@ def test_events_recorded_close_together_share_one_commit_per_table(spark, db):
 def test_a_ledger_insert_is_one_spark_job_in_a_non_utc_session(spark, db):
     # Delta verifies the file list it keeps in checksum files with a full log replay on every commit when the
     # session time zone is not UTC (two more jobs per commit); get_spark turns that list off.
-    from backfill_lib.spark import ALL_FILES_IN_CRC
+    from backfill_lib.adapters.session import ALL_FILES_IN_CRC
 
     assert spark.conf.get("spark.sql.session.timeZone") != "UTC"
     assert spark.conf.get(ALL_FILES_IN_CRC) == "false"

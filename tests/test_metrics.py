@@ -4,8 +4,9 @@ from decimal import Decimal
 import pytest
 from pyspark.sql.types import DateType, DecimalType, DoubleType, IntegerType, StringType, StructField, StructType
 
-from backfill_lib.errors import IntakeError
-from backfill_lib.metrics import MetricSpec, compare, difference, profile, profile_frame
+from backfill_lib.core.errors import IntakeError
+from backfill_lib.intake.rules import MetricSpec
+from backfill_lib.validate.metrics import compare, difference, profile, profile_frame
 
 D9, D10 = date(2024, 3, 9), date(2024, 3, 10)
 AMOUNTS = StructType([StructField("dt", DateType()), StructField("amount", DecimalType(17, 0))])

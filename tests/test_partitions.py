@@ -3,8 +3,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from backfill_lib.errors import PartitionError
-from backfill_lib.partitions import (
+from backfill_lib.core.errors import PartitionError
+from backfill_lib.core.partitions import (
     Grain,
     count_partitions,
     enumerate_partitions,

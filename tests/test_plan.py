@@ -3,12 +3,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from backfill_lib.errors import IntakeError, SchemaMismatchError
-from backfill_lib.explain import explain, human_bytes
-from backfill_lib.plan import FALLBACK_BATCH_SIZE, SourceInput, build_plan, plan_from_summary, staging_table_name
-from backfill_lib.request import load_request
-from backfill_lib.schema_guard import ColumnCast, align
-from backfill_lib.tables import Column, PartitionStats, TableState
+from backfill_lib.core.errors import IntakeError, SchemaMismatchError
+from backfill_lib.core.table_state import Column, PartitionStats, TableState
+from backfill_lib.intake.request import load_request
+from backfill_lib.intake.schema_guard import ColumnCast, align
+from backfill_lib.plan.explain import explain, human_bytes
+from backfill_lib.plan.model import FALLBACK_BATCH_SIZE, SourceInput, build_plan, plan_from_summary, staging_table_name
 
 NOW = datetime(2026, 11, 30, 2, 0, tzinfo=timezone.utc)
 COLUMNS = (
@@ -146,7 +146,7 @@ def test_schema_alignment_widens_and_refuses():
 
 
 def test_hour_grain_cost_reads_deltas_utc_partition_values(tmp_path):
-    from backfill_lib.request import BackfillRequest
+    from backfill_lib.intake.request import BackfillRequest
 
     request = BackfillRequest(
         name="h", owner="o", reason="r", strategy="recompute", keys=("id",), time_zone="America/New_York",

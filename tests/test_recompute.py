@@ -5,12 +5,12 @@ from chispa import assert_df_equality
 from pyspark.errors import AnalysisException
 from rich.console import Console
 
+from backfill_lib.adapters.delta_log import current_version, partition_stats
 from backfill_lib.cli import main
-from backfill_lib.errors import GateFailedError, IntakeError, StrayRowsError
-from backfill_lib.ledger import Ledger
-from backfill_lib.run_report import write_run_report
+from backfill_lib.core.errors import GateFailedError, IntakeError, StrayRowsError
+from backfill_lib.report.run_report import write_run_report
+from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
-from backfill_lib.tables import current_version, partition_stats
 from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, events_request, make_events
 
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100), (6, D10, 600)]
@@ -152,8 +152,8 @@ def test_plan_writes_nothing_and_status_reads_the_ledger(spark, settings, db, tm
 
 
 def test_source_row_counts_come_from_the_delta_log_and_subtract_deletion_vectors(spark, db):
-    from backfill_lib.reconcile import logged_row_counts, metric_per_partition
-    from backfill_lib.tables import add_files, latest_snapshot
+    from backfill_lib.adapters.delta_log import add_files, latest_snapshot
+    from backfill_lib.validate.reconcile import logged_row_counts, metric_per_partition
 
     spark.sql(f"CREATE TABLE {db}.src (id INT, dt DATE, v INT) USING delta PARTITIONED BY (dt) "
               "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
@@ -174,7 +174,7 @@ def test_source_row_counts_come_from_the_delta_log_and_subtract_deletion_vectors
 def test_column_mapped_tables_are_read_from_the_log_by_their_partition_columns_physical_name(spark, settings, db,
                                                                                              tmp_path):
     # Under column mapping Delta keys partitionValues by the column's physical name, not "dt".
-    from backfill_lib.reconcile import logged_row_counts
+    from backfill_lib.validate.reconcile import logged_row_counts
 
     for name, rows in (("events", [(1, D8, 1), (2, D9, 2)]), ("events_src", [(3, D9, 3), (4, D9, 4), (5, D10, 5)])):
         spark.sql(f"CREATE TABLE {db}.{name} (id INT, dt DATE, v INT) USING delta PARTITIONED BY (dt) "

@@ -8,10 +8,10 @@ import pytest
 from chispa import assert_df_equality
 from rich.console import Console
 
-from backfill_lib.errors import PublishError, RolledBackError
-from backfill_lib.ledger import Ledger
+from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.core.errors import PublishError, RolledBackError
+from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
-from backfill_lib.tables import current_version
 from tests.fixtures import D9, EVENTS_SCHEMA, events_request, make_events, make_monthly, with_mart
 
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100)]
@@ -67,7 +67,7 @@ def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, set
 
 
 def test_monitor_failure_restores_target_and_mart_newest_first(spark, settings, db, tmp_path, monkeypatch):
-    from backfill_lib.faults import MONITOR_ENV
+    from backfill_lib.core.faults import MONITOR_ENV
 
     make_tables(spark, db)
     monkeypatch.setenv(MONITOR_ENV, f"{db}.events_monthly")
@@ -133,8 +133,8 @@ def test_protected_table_needs_an_approver_recorded_in_ledger_and_commit(spark, 
 
 
 def test_commit_metadata_read_from_the_log_equals_describe_history(spark, db, monkeypatch):
-    from backfill_lib import tables
-    from backfill_lib.publish import user_metadata
+    from backfill_lib.adapters import delta_log as tables
+    from backfill_lib.publish.commit import user_metadata
 
     name = f"{db}.meta"
     spark.sql(f"CREATE TABLE {name} (id INT) USING delta")
@@ -156,7 +156,7 @@ def test_rollback_stays_possible_for_the_shorter_retention_after_the_commit(spar
 
     from delta.tables import DeltaTable
 
-    from backfill_lib.release import rollback_until
+    from backfill_lib.publish.release import rollback_until
 
     spark.sql(f"CREATE TABLE {db}.kept (id INT) USING delta TBLPROPERTIES ("
               "'delta.logRetentionDuration' = 'interval 5 days', 'delta.deletedFileRetentionDuration' = 'interval 2 days')")

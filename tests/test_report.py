@@ -2,8 +2,8 @@ import re
 import xml.etree.ElementTree as ET
 from decimal import Decimal
 
-from backfill_lib.ledger import Check
-from backfill_lib.report import MetricPoint, PartitionRow, ReportData, write_report
+from backfill_lib.core.checks import Check
+from backfill_lib.report.render import MetricPoint, PartitionRow, ReportData, write_report
 
 RUN_ID = "20240312T101500Z-fix-a1b2c3"
 

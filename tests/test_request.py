@@ -3,8 +3,8 @@ from datetime import date
 import pydantic
 import pytest
 
-from backfill_lib.errors import RequestError
-from backfill_lib.request import load_request
+from backfill_lib.core.errors import RequestError
+from backfill_lib.intake.request import load_request
 from tests.conftest import write_request
 
 DEMO = "conf/backfills/fix_daily_route_delays.yml"

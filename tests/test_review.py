@@ -6,10 +6,10 @@ import pytest
 from pyspark.sql.types import DateType, DecimalType, IntegerType, StructField, StructType
 from rich.console import Console
 
-from backfill_lib.errors import GateFailedError
-from backfill_lib.ledger import Ledger
+from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.core.errors import GateFailedError
+from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
-from backfill_lib.tables import current_version
 from tests.test_strategies import ID_DT_AMT, request, table
 
 D9 = date(2024, 3, 9)
@@ -67,7 +67,7 @@ def test_metric_rule_catches_a_decimal_off_by_one(spark, settings, db, tmp_path)
 
 def test_review_then_publish_later_and_the_fence(spark, settings, db, tmp_path, capsys):
     from backfill_lib.cli import main
-    from backfill_lib.errors import FenceError
+    from backfill_lib.core.errors import FenceError
 
     D10 = date(2024, 3, 10)
     table(spark, f"{db}.t", ID_DT_AMT, [(1, D9, 1), (2, D9, 2), (3, D10, 3)])

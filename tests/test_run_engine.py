@@ -8,11 +8,22 @@ import pytest
 from chispa import assert_df_equality
 from rich.console import Console
 
-from backfill_lib.errors import ConflictError
-from backfill_lib.ledger import Ledger
+from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.core.errors import ConflictError
+from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
-from backfill_lib.tables import current_version
-from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, FULL_EXPECTED, FULL_SOURCE, TARGET_ROWS, events_request, make_events
+from tests.fixtures import (
+    D8,
+    D9,
+    D10,
+    D11,
+    EVENTS_SCHEMA,
+    FULL_EXPECTED,
+    FULL_SOURCE,
+    TARGET_ROWS,
+    events_request,
+    make_events,
+)
 
 SOURCE, EXPECTED = FULL_SOURCE, FULL_EXPECTED
 
@@ -57,7 +68,7 @@ def test_a_resume_that_lost_the_publishing_event_finds_its_commit_instead_of_com
 
 
 def test_run_id_of_another_request_is_refused(spark, settings, db, tmp_path):
-    from backfill_lib.errors import RequestError
+    from backfill_lib.core.errors import RequestError
 
     make_events(spark, db, [(3, D9, 1), (4, D9, 2), (5, D9, 3)])
     plan, state = prepare(spark, settings, events_request(tmp_path, db), run_id="taken_1")
@@ -69,7 +80,7 @@ def test_run_id_of_another_request_is_refused(spark, settings, db, tmp_path):
 
 
 def test_injected_conflict_is_retried_and_succeeds(spark, settings, db, tmp_path, monkeypatch):
-    from backfill_lib import faults
+    from backfill_lib.core import faults
 
     faults.reset()
     monkeypatch.setenv(faults.CONFLICT_ENV, "2024-03-09:2")
@@ -85,7 +96,7 @@ def test_injected_conflict_is_retried_and_succeeds(spark, settings, db, tmp_path
 
 
 def test_conflict_that_never_clears_fails_naming_the_partition(spark, settings, db, tmp_path, monkeypatch):
-    from backfill_lib import faults
+    from backfill_lib.core import faults
 
     faults.reset()
     monkeypatch.setenv(faults.CONFLICT_ENV, "2024-03-10:always")
@@ -132,8 +143,8 @@ def test_concurrent_appender_outside_the_range_loses_nothing(spark, settings, db
 
 
 def test_sigterm_cancels_between_batches_and_resume_finishes(spark, settings, db, tmp_path, monkeypatch, capsys):
-    from backfill_lib import faults
     from backfill_lib.cli import main
+    from backfill_lib.core import faults
 
     make_events(spark, db, SOURCE)
     request = events_request(tmp_path, db, start=D8, end=D10, batch_size=1, concurrency=1)
@@ -157,7 +168,7 @@ def test_sigterm_cancels_between_batches_and_resume_finishes(spark, settings, db
 
 
 def test_concurrent_batches_stage_into_their_own_batch_partitions(spark, settings, db, tmp_path):
-    from backfill_lib.staging import BATCH_COLUMN, staged_rows
+    from backfill_lib.run.staging import BATCH_COLUMN, staged_rows
 
     make_events(spark, db, SOURCE)
     request = events_request(tmp_path, db, start=D8, end=D10, batch_size=1, concurrency=3)
@@ -187,7 +198,7 @@ def test_concurrent_batches_stage_into_their_own_batch_partitions(spark, setting
 def test_a_column_named_like_the_staging_batch_column_is_refused_naming_where(spark, settings, db, tmp_path, side):
     from pyspark.sql.types import IntegerType, StructField, StructType
 
-    from backfill_lib.errors import SchemaMismatchError
+    from backfill_lib.core.errors import SchemaMismatchError
 
     if side == "target":  # both tables carry the column, so only the reserved name is wrong
         schema = StructType(EVENTS_SCHEMA.fields + [StructField("_backfill_batch", IntegerType())])
@@ -206,7 +217,7 @@ def test_a_column_named_like_the_staging_batch_column_is_refused_naming_where(sp
 
 
 def test_a_staging_table_left_by_an_earlier_layout_is_refused_before_any_write(spark, settings, db, tmp_path):
-    from backfill_lib.errors import SchemaMismatchError
+    from backfill_lib.core.errors import SchemaMismatchError
 
     make_events(spark, db, SOURCE)
     plan, state = prepare(spark, settings, events_request(tmp_path, db))

@@ -9,12 +9,12 @@ from chispa import assert_df_equality
 from pyspark.sql.types import DateType, IntegerType, StructField, StructType
 from rich.console import Console
 
-from backfill_lib.errors import GateFailedError, SchemaMismatchError
+from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.core.errors import GateFailedError, SchemaMismatchError
 from backfill_lib.runner import Runner, prepare
 from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.base import staged_fingerprints, verify_partitions
 from backfill_lib.strategies.commit_check import Written, verify_commit
-from backfill_lib.tables import current_version
 from tests.conftest import write_request
 
 D8, D9, D10 = date(2024, 3, 8), date(2024, 3, 9), date(2024, 3, 10)

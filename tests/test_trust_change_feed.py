@@ -12,14 +12,14 @@ import pytest
 from chispa import assert_df_equality
 from rich.console import Console
 
-from backfill_lib.change_feed import ChangeRows
-from backfill_lib.errors import PublishError, RequestError
-from backfill_lib.explain import explain
-from backfill_lib.ledger import Ledger
-from backfill_lib.request import load_request
+from backfill_lib.adapters.delta_log import current_version, read_table_state
+from backfill_lib.core.errors import PublishError, RequestError
+from backfill_lib.intake.request import load_request
+from backfill_lib.plan.explain import explain
+from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
 from backfill_lib.strategies import strategy_for
-from backfill_lib.tables import current_version, read_table_state
+from backfill_lib.strategies.change_feed import ChangeRows
 from tests.conftest import write_request
 from tests.fixtures import D9, EVENTS_SCHEMA, TARGET_ROWS, events_request, make_events
 

@@ -9,12 +9,18 @@ import pytest
 from chispa import assert_df_equality
 from rich.console import Console
 
+from backfill_lib.adapters.delta_log import (
+    _snapshot_metadata,
+    current_version,
+    latest_snapshot,
+    live_constraints,
+    read_table_state,
+)
 from backfill_lib.cli import main
-from backfill_lib.errors import GateFailedError
-from backfill_lib.ledger import Ledger
+from backfill_lib.core.errors import GateFailedError
+from backfill_lib.core.table_state import Constraint, constraints_of
+from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
-from backfill_lib.tables import (Constraint, _snapshot_metadata, constraints_of, current_version, latest_snapshot,
-                                 live_constraints, read_table_state)
 from tests.conftest import write_request
 
 D8, D9, D10 = date(2024, 3, 8), date(2024, 3, 9), date(2024, 3, 10)

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from backfill_lib.cli import main, one_line
-from backfill_lib.errors import RequestError
-from backfill_lib.request import load_request
-from backfill_lib.safe_yaml import MAX_NODES, YAMLTooLarge, load
+from backfill_lib.core.errors import RequestError
+from backfill_lib.core.safe_yaml import MAX_NODES, YAMLTooLarge, load
+from backfill_lib.intake.request import load_request
 from tests.conftest import ROOT, write_request
 
 D9 = date(2024, 3, 9)
@@ -228,7 +228,7 @@ def test_plan_and_run_never_execute_a_statement_in_source_or_mart_sql(spark, set
 
 
 def test_a_query_with_comments_and_a_trailing_semicolon_runs(spark, settings, db, tmp_path, capsys):
-    from backfill_lib.sources import check_query
+    from backfill_lib.intake.sources import check_query
 
     assert check_query(spark, "-- lead\nSELECT 1 AS a; -- trail\n", "f.sql") == "-- lead\nSELECT 1 AS a"
     _events(spark, db)
@@ -246,7 +246,7 @@ def _rule(db: str, metric: str = "count(*)", source_metric: str = "count(*)", **
 
 
 def test_every_rule_is_checked_at_intake_naming_file_and_field(spark, settings, db, tmp_path, capsys):
-    from backfill_lib.ledger import Ledger
+    from backfill_lib.run.ledger import Ledger
 
     _events(spark, db)
     versions = {t: _history(spark, f"{db}.{t}") for t in ("events", "events_src")}
@@ -297,7 +297,7 @@ def test_every_rule_is_checked_at_intake_naming_file_and_field(spark, settings, 
 
 
 def test_a_spark_error_during_a_run_ends_it_failed(spark, settings, db, tmp_path, capsys):
-    from backfill_lib.ledger import Ledger
+    from backfill_lib.run.ledger import Ledger
 
     _events(spark, db)
     sql = (f"SELECT id, dt, CASE WHEN v > 0 THEN CAST(raise_error('boom at ' || id) AS INT) END AS v "
@@ -334,7 +334,7 @@ def test_a_view_target_and_reports_of_unknown_runs_are_exit_2(spark, settings, d
                               "recorded)")
     assert not spark.catalog.databaseExists(fresh)  # the report command created nothing
 
-    from backfill_lib.ledger import Ledger
+    from backfill_lib.run.ledger import Ledger
 
     Ledger(spark, settings.ledger_schema).ensure()
     assert main(["report", "bf_unknown_run"]) == 2

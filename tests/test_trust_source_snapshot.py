@@ -7,13 +7,13 @@ import pytest
 from chispa import assert_df_equality
 from rich.console import Console
 
-from backfill_lib import batch_stager
-from backfill_lib.errors import SourceChangedError
-from backfill_lib.ledger import Ledger
-from backfill_lib.plan import SourceVersion
+from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.core.errors import SourceChangedError
+from backfill_lib.plan.model import SourceVersion
+from backfill_lib.plan.source_pins import pin_versions
+from backfill_lib.run import batch_stager
+from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
-from backfill_lib.source_snapshot import pin_versions
-from backfill_lib.tables import current_version
 from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, FULL_SOURCE, events_request, make_events
 
 

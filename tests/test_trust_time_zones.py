@@ -14,12 +14,12 @@ from chispa import assert_df_equality
 from pyspark.sql.types import DateType, IntegerType, StructField, StructType, TimestampType
 from rich.console import Console
 
+from backfill_lib.adapters.delta_log import current_version, partition_stats
 from backfill_lib.cli import main
-from backfill_lib.errors import IntakeError
-from backfill_lib.explain import explain
-from backfill_lib.ledger import Ledger
+from backfill_lib.core.errors import IntakeError
+from backfill_lib.plan.explain import explain
+from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
-from backfill_lib.tables import current_version, partition_stats
 from tests.conftest import write_request
 
 ZONE = "spark.sql.session.timeZone"

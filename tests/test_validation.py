@@ -1,13 +1,13 @@
 """GX suites from files, run on real Spark DataFrames."""
 
 import json
+from datetime import date
 
 import pytest
 from pyspark.sql.types import DateType, IntegerType, StructField, StructType
 
-from backfill_lib.errors import SuiteError
-from backfill_lib.validation import SuiteRunner, load_suite
-from datetime import date
+from backfill_lib.core.errors import SuiteError
+from backfill_lib.validate.suites import SuiteRunner, load_suite
 
 SCHEMA = StructType([StructField("dt", DateType()), StructField("customer_id", IntegerType())])
 

@@ -7,7 +7,7 @@ carries the range as a literal). No strategy overwrites without a predicate.
 
 from __future__ import annotations
 
-from backfill_lib.request import PublishMode, Strategy
+from backfill_lib.intake.request import PublishMode, Strategy
 from backfill_lib.strategies.base import StrategyImpl
 from backfill_lib.strategies.changes_only import RecomputeChangesOnly
 from backfill_lib.strategies.patch import Patch

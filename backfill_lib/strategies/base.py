@@ -8,14 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.change_feed import ChangeRows, describe_change_feed
-from backfill_lib.scheduler_pool import in_pool
-from backfill_lib.ledger import Check
-from backfill_lib.partition_keys import PartitionKeys
-from backfill_lib.partitions import quote_ident
-from backfill_lib.plan import BackfillPlan, Batch
-from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.staging import StagingTable, stage_batch, staged_rows
+from backfill_lib.adapters.pool import in_pool
+from backfill_lib.core.checks import Check
+from backfill_lib.core.partition_keys import PartitionKeys
+from backfill_lib.core.partitions import quote_ident
+from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.plan.model import BackfillPlan, Batch
+from backfill_lib.run.staging import StagingTable, stage_batch, staged_rows
+from backfill_lib.strategies.change_feed import ChangeRows, describe_change_feed
 from backfill_lib.strategies.commit_check import Published, Written, verify_commit
 
 
@@ -47,7 +47,7 @@ class StrategyImpl:
         return describe_change_feed(plan.target_change_data_feed, self.change_rows(plan, staged, diffs), self.publishing)
 
     def check_batch(self, plan: BackfillPlan, batch: Batch, df: DataFrame) -> None:
-        """Raise a :class:`~backfill_lib.errors.BackfillError` when ``df`` must not be staged. Default: accept."""
+        """Raise a :class:`~backfill_lib.core.errors.BackfillError` when ``df`` must not be staged. Default: accept."""
 
     def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame, staging: StagingTable | None,
               before_write: Callable[[], None]) -> dict[str, int]:

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from backfill_lib.change_feed import ChangeRows
-from backfill_lib.errors import DuplicateKeyError, PublishError
-from backfill_lib.ledger import Check
-from backfill_lib.partitions import quote_ident, range_predicate
-from backfill_lib.plan import BackfillPlan
-from backfill_lib.publish import check_fence, find_version, idempotent_commit
-from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.staging import staged_rows
+from backfill_lib.core.checks import Check
+from backfill_lib.core.errors import DuplicateKeyError, PublishError
+from backfill_lib.core.partitions import quote_ident, range_predicate
+from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
+from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies.base import verify_partitions
+from backfill_lib.strategies.change_feed import ChangeRows
 from backfill_lib.strategies.commit_check import Published
-from backfill_lib.key_audit import LISTED_KEYS, duplicate_keys, key_text
 from backfill_lib.strategies.recompute import Recompute
+from backfill_lib.validate.key_audit import LISTED_KEYS, duplicate_keys, key_text
 
 
 def merge_keys(plan: BackfillPlan) -> tuple[str, ...]:

@@ -28,11 +28,11 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.ledger import Check
-from backfill_lib.partitions import quote_ident
-from backfill_lib.plan import BackfillPlan, stats_by_key
-from backfill_lib.tables import (PartitionStats, commit_actions, file_set_fingerprint, latest_snapshot,
-                                 partition_value_key)
+from backfill_lib.adapters.delta_log import commit_actions, file_set_fingerprint, latest_snapshot, partition_value_key
+from backfill_lib.core.checks import Check
+from backfill_lib.core.partitions import quote_ident
+from backfill_lib.core.table_state import PartitionStats
+from backfill_lib.plan.model import BackfillPlan, stats_by_key
 
 
 class Written(NamedTuple):

@@ -1,19 +1,19 @@
 """patch: corrected rows for given keys; publish is one MERGE on the null-safe keys plus the range literal.
 
 Duplicate source keys would make the MERGE fail (or update a row twice): validation refuses them for every
-strategy (:mod:`backfill_lib.key_audit`), before publishing."""
+strategy (:mod:`backfill_lib.validate.key_audit`), before publishing."""
 
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.ledger import Check
-from backfill_lib.partitions import quote_ident, range_predicate
-from backfill_lib.plan import BackfillPlan
-from backfill_lib.publish import check_fence, find_version, idempotent_commit
-from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.staging import staged_rows
+from backfill_lib.core.checks import Check
+from backfill_lib.core.partitions import quote_ident, range_predicate
+from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
+from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies.base import StrategyImpl
 from backfill_lib.strategies.commit_check import Published
 

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from backfill_lib.ledger import Check
-from backfill_lib.partitions import quote_ident
-from backfill_lib.plan import BackfillPlan, Batch
-from backfill_lib.publish import check_fence, find_version, idempotent_commit
-from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.spark import session_time_zone
-from backfill_lib.staging import staging_properties
+from backfill_lib.adapters.delta_log import partition_stats
+from backfill_lib.adapters.session import session_time_zone
+from backfill_lib.core.checks import Check
+from backfill_lib.core.partitions import quote_ident
+from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.plan.model import BackfillPlan, Batch
+from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
+from backfill_lib.run.staging import staging_properties
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.strategies.commit_check import Published
-from backfill_lib.tables import partition_stats
-
 
 #: Table properties Delta maintains and refuses to be given (``DELTA_CANNOT_MODIFY_TABLE_PROPERTY``).
 DELTA_OWNED_PROPERTIES = ("delta.columnMapping.maxColumnId",)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.change_feed import ChangeRows
-from backfill_lib.partitions import quote_ident
-from backfill_lib.plan import BackfillPlan
-from backfill_lib.publish import check_fence, find_version, publish_options
-from backfill_lib.schema_guard import ColumnCast
-from backfill_lib.staging import staged_rows
+from backfill_lib.core.partitions import quote_ident
+from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.publish.commit import check_fence, find_version, publish_options
+from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies.base import StrategyImpl
+from backfill_lib.strategies.change_feed import ChangeRows
 from backfill_lib.strategies.commit_check import Published, observed, written
 
 

@@ -54,8 +54,8 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 import threading
+import time
 import tracemalloc
 import uuid
 from collections import Counter, defaultdict
@@ -167,12 +167,12 @@ class StageTimer:
     def install(self) -> "StageTimer":
         import great_expectations.checkpoint as gx_checkpoint
 
-        import backfill_lib.batch_stager as batch_stager
+        import backfill_lib.run.batch_stager as batch_stager
         import backfill_lib.runner as runner
         import backfill_lib.strategies.recompute as recompute
-        from backfill_lib.ledger import Ledger
+        from backfill_lib.run.ledger import Ledger
         from backfill_lib.strategies.base import StrategyImpl
-        from backfill_lib.validation import SuiteRunner
+        from backfill_lib.validate.suites import SuiteRunner
 
         w = self.wrap
         w(runner, "load_request", "prepare: load request")
@@ -306,7 +306,7 @@ def machine_facts(spark, args) -> dict:
 
 
 def make_settings(args):
-    from backfill_lib.settings import load_settings
+    from backfill_lib.core.settings import load_settings
 
     base = load_settings(ROOT / "conf" / "settings.yml")
     options = {
@@ -326,7 +326,7 @@ def make_settings(args):
 
 
 def concurrency_supported() -> bool:
-    from backfill_lib.request import BackfillRequest
+    from backfill_lib.intake.request import BackfillRequest
 
     return "concurrency" in BackfillRequest.model_fields
 
@@ -636,8 +636,8 @@ def bench_tiny(spark, settings, args, bench_dir: Path) -> dict:
 
 def hourly_state(first: date, last: date):
     """A ``TableState`` of an hourly table holding every hour of ``[first, last]`` (keys as Delta writes them)."""
-    from backfill_lib.partitions import Grain, half_open
-    from backfill_lib.tables import Column, PartitionStats, TableState
+    from backfill_lib.core.partitions import Grain, half_open
+    from backfill_lib.core.table_state import Column, PartitionStats, TableState
 
     start, end = half_open(first, last, Grain.HOUR, TZ_PLAN)
     partitions, cur = {}, start
@@ -649,7 +649,7 @@ def hourly_state(first: date, last: date):
 
 
 def hourly_request(first: date, last: date, batch_size: int | None):
-    from backfill_lib.request import BackfillRequest
+    from backfill_lib.intake.request import BackfillRequest
 
     return BackfillRequest(
         name="hourly", owner="bench@example.com", reason="BENCH: plan", strategy="recompute",
@@ -661,7 +661,7 @@ def hourly_request(first: date, last: date, batch_size: int | None):
 
 
 def bench_plan_one(days: int, batch_size: int) -> dict:
-    from backfill_lib.plan import build_plan
+    from backfill_lib.plan.model import build_plan
 
     first = date(2015, 1, 1)
     last = first + timedelta(days=days - 1)
@@ -849,9 +849,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     if {"tpch", "tiny"} & set(args.only):
         os.environ["BACKFILL_SPARK_MASTER"] = args.master
+        from backfill_lib.adapters.session import get_spark
         from backfill_lib.cli import quiet_spark_query_errors
-        from backfill_lib.ledger import Ledger
-        from backfill_lib.spark import get_spark
+        from backfill_lib.run.ledger import Ledger
 
         one_time: dict = {}
         say(f"starting Spark ({args.master}, driver memory {args.driver_memory}) with home {settings.home}")

@@ -1,0 +1,1 @@
+"""Spark and Delta access: the session, the Delta log and table-state readers, the scheduler pool."""

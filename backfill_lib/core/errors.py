@@ -1,0 +1,130 @@
+"""The one exception hierarchy of delta-backfill.
+
+Every error a user can cause or meet is a :class:`BackfillError`. Its message is one line naming the file,
+field, table, partition or key at fault; the CLI prints it and exits with :attr:`BackfillError.exit_code`.
+"""
+
+from __future__ import annotations
+
+#: The longest message line the product prints or records (an echoed input, a Spark plan or a stack never
+#: floods a log or the ledger).
+MESSAGE_LIMIT = 500
+
+
+def one_line(text: str, limit: int | None = MESSAGE_LIMIT) -> str:
+    """The first non-blank line of ``text``, stripped and cut to ``limit`` characters (ending ``...`` when cut;
+    ``None``: not cut); ``""`` when ``text`` is blank."""
+    line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
+    return line if limit is None or len(line) <= limit else line[: limit - 3] + "..."
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of ``exc``'s message (Spark's start with a newline and carry a plan after), or its
+    type's name when the message is blank; not cut."""
+    return one_line(str(exc), None) or type(exc).__name__
+
+
+class BackfillError(Exception):
+    """Root of every error delta-backfill raises on purpose. Exit code 1."""
+
+    exit_code = 1
+
+
+class ConfigError(BackfillError):
+    """A settings file is missing, unreadable or invalid. Exit code 2."""
+
+    exit_code = 2
+
+
+class RequestError(BackfillError):
+    """A backfill request file is missing, unreadable or has a bad field. Exit code 2."""
+
+    exit_code = 2
+
+
+class IntakeError(BackfillError):
+    """The request does not fit the live table (missing table, column, key, type). Exit code 2."""
+
+    exit_code = 2
+
+
+class SchemaMismatchError(IntakeError):
+    """The source's schema cannot be written into the target without a disallowed change. Exit code 2."""
+
+
+class PartitionError(BackfillError):
+    """A range or grain is malformed, or rows fall outside the planned partitions. Exit code 2."""
+
+    exit_code = 2
+
+
+class SourceError(BackfillError):
+    """The source SQL failed to parse, analyse or run. Exit code 1."""
+
+
+class StrayRowsError(PartitionError):
+    """The source produced rows for partitions outside the batch being staged; nothing was written."""
+
+
+class DuplicateKeyError(BackfillError):
+    """The source yields a key more than once; nothing was written. Exit code 3."""
+
+    exit_code = 3
+
+
+class GateFailedError(BackfillError):
+    """A validation, reconciliation or diff gate failed; nothing was published. Exit code 3.
+
+    ``failures`` holds the failed checks (:class:`backfill_lib.core.checks.Check`), one per expectation or rule and
+    partition.
+    """
+
+    exit_code = 3
+
+    def __init__(self, message: str, failures: tuple = ()):
+        super().__init__(message)
+        self.failures = failures
+
+
+class SuiteError(BackfillError):
+    """An expectation suite file is missing, unparsable or lost expectations on loading. Exit code 2."""
+
+    exit_code = 2
+
+
+class FenceError(BackfillError):
+    """The target changed inside the backfill's range after the plan saw it; nothing was published. Exit code 4."""
+
+    exit_code = 4
+
+
+class PublishError(BackfillError):
+    """Publishing failed or its post-publish check failed (the target was restored). Exit code 4."""
+
+    exit_code = 4
+
+
+class SourceChangedError(PublishError):
+    """A source the run read at a pinned version changed in the run's range before publishing, and the request
+    says ``on_source_change: refuse``; nothing was published. Exit code 4."""
+
+
+class RolledBackError(PublishError):
+    """The post-publish check failed and the target was restored to its pre-publish version. Exit code 4."""
+
+
+class ConflictError(BackfillError):
+    """A Delta commit conflict persisted through every retry; the message names the partitions. Exit code 1."""
+
+
+class CancelledError(BackfillError):
+    """The run was cancelled (SIGINT or SIGTERM) between batches; ``backfill resume RUN_ID`` continues it.
+    Exit code 130, as for a shell command ended by Ctrl-C."""
+
+    exit_code = 130
+
+
+class RunNotFoundError(BackfillError):
+    """No run with the given run ID exists in the ledger. Exit code 2."""
+
+    exit_code = 2

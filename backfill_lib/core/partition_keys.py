@@ -1,0 +1,75 @@
+"""The one way runtime code turns a partition column's values into the plan's partition keys.
+
+The plan keys partitions as :func:`backfill_lib.core.partitions.partition_key` renders them: ``YYYY-MM-DD`` for
+``day`` and ``month``, and for ``hour`` the start of the hour in the request's time zone with its offset
+(``2024-03-10T03:00:00-04:00``). Spark renders a ``TIMESTAMP`` in the *session* time zone, which need not be
+the request's, so every grouping by partition goes through :class:`PartitionKeys`: Spark renders an
+unambiguous ISO 8601 instant and Python maps it to the plan key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import TYPE_CHECKING, TypeVar
+
+from backfill_lib.core.partitions import Grain, partition_of_key, quote_ident
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+V = TypeVar("V")
+
+# Spark datetime pattern: ISO 8601 with the session zone's offset (``Z`` for UTC), e.g. 2024-03-10T07:00:00Z.
+_INSTANT = "yyyy-MM-dd'T'HH:mm:ssXXX"
+
+
+@dataclass(frozen=True)
+class PartitionKeys:
+    """How to key ``column`` (of ``grain``, in ``time_zone``) as the plan does."""
+
+    column: str
+    grain: Grain
+    time_zone: str
+
+    def expr(self) -> "Column":
+        """A string column Spark can group by: the date for day and month, an ISO instant for hour."""
+        from pyspark.sql import functions as F
+
+        column = F.col(quote_ident(self.column))  # quoted: a name may hold a dot (not a struct field)
+        if self.grain is Grain.HOUR:
+            return F.date_format(column, _INSTANT)
+        return column.cast("string")
+
+    def key(self, raw: str | None) -> str | None:
+        """The plan key of one value :meth:`expr` produced (``None`` stays ``None``: a NULL partition value)."""
+        if raw is None or self.grain is not Grain.HOUR:
+            return raw
+        return partition_of_key(raw, self.grain, self.time_zone).key
+
+    def key_of_value(self, value: object) -> str | None:
+        """The plan key of a partition value collected into Python: a ``date``, a ``datetime`` (naive ones are
+        in this process's local time, as pyspark returns them), or a string from :meth:`expr`."""
+        if value is None:
+            return None
+        if isinstance(value, datetime):
+            aware = value if value.tzinfo else value.astimezone()
+            return partition_of_key(aware.isoformat(), self.grain, self.time_zone).key
+        if isinstance(value, date):
+            return value.isoformat()
+        return self.key(str(value))
+
+    def rekey(self, values: dict[str | None, V]) -> dict[str | None, V]:
+        """``values`` keyed by :meth:`expr`'s strings, re-keyed by plan keys."""
+        if self.grain is not Grain.HOUR:
+            return values
+        return {self.key(k): v for k, v in values.items()}
+
+    def of(self, column: str) -> "PartitionKeys":
+        """The same keying for another column of the same grain (a source's partition column)."""
+        return PartitionKeys(column, self.grain, self.time_zone)
+
+
+def keys_of(column: "str | PartitionKeys") -> PartitionKeys:
+    """``column`` as :class:`PartitionKeys`; a bare column name is a ``DATE`` column keyed ``YYYY-MM-DD``."""
+    return column if isinstance(column, PartitionKeys) else PartitionKeys(column, Grain.DAY, "UTC")

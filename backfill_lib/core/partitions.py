@@ -1,0 +1,219 @@
+"""Pure partition math: grains, half-open ranges, partition keys and the predicates that select them.
+
+Users write ranges inclusively (``2013-01-01`` to ``2013-03-31`` means both days); inside, every range is
+half-open ``[start, end)``. Partition keys are the strings Delta stores as partition values:
+
+- ``day``: a ``DATE`` column, key ``YYYY-MM-DD``.
+- ``month``: a ``DATE`` column holding the first day of the month, key ``YYYY-MM-01``.
+- ``hour``: a ``TIMESTAMP`` column holding the start of the hour, key ``YYYY-MM-DDTHH:00:00+HH:MM`` in the
+  request's time zone. Hours are counted in UTC, so a local day has 23 or 25 hours across daylight-saving
+  changes.
+
+Nothing here touches Spark.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from backfill_lib.core.errors import PartitionError
+
+
+class Grain(str, enum.Enum):
+    """How wide one partition is."""
+
+    DAY = "day"
+    HOUR = "hour"
+    MONTH = "month"
+
+    @property
+    def spark_type(self) -> str:
+        """The Spark SQL type a partition column of this grain must have."""
+        return "timestamp" if self is Grain.HOUR else "date"
+
+
+@dataclass(frozen=True, order=True)
+class Partition:
+    """One partition: its half-open bounds and the key Delta stores for it.
+
+    ``start`` and ``end`` are ``date`` for day and month grains and UTC ``datetime`` for hours (UTC, because
+    aware datetimes sharing a local zone compare as wall clocks, and the repeated fall-back hour would tie).
+    """
+
+    start: date | datetime
+    end: date | datetime
+    key: str
+
+
+def zone(name: str) -> ZoneInfo:
+    """Return the IANA zone ``name``; raise :class:`PartitionError` naming it when unknown."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise PartitionError(f"unknown time zone '{name}'") from exc
+
+
+def _first_of_next_month(day: date) -> date:
+    return date(day.year + day.month // 12, day.month % 12 + 1, 1)
+
+
+def half_open(first: date, last: date, grain: Grain, time_zone: str) -> tuple[date | datetime, date | datetime]:
+    """Turn an inclusive user range of days into the half-open bounds of the grain.
+
+    Parameters
+    ----------
+    first, last:
+        Inclusive local dates as the user wrote them. For ``month`` they must be first days of months
+        (``last`` names the last month included).
+    grain, time_zone:
+        For ``hour``, the bounds are midnights in ``time_zone``, returned as UTC datetimes.
+
+    Raises
+    ------
+    PartitionError
+        When ``last`` is before ``first``, or a month bound is not a first day.
+    """
+    if last < first:
+        raise PartitionError(f"range end {last.isoformat()} is before its start {first.isoformat()}")
+    if grain is Grain.DAY:
+        return first, last + timedelta(days=1)
+    if grain is Grain.MONTH:
+        for name, value in (("start", first), ("end", last)):
+            if value.day != 1:
+                raise PartitionError(f"range {name} {value.isoformat()} is not the first day of a month (grain month)")
+        return first, _first_of_next_month(last)
+    tz = zone(time_zone)
+    start = datetime.combine(first, datetime.min.time(), tzinfo=tz)
+    end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=tz)
+    return start.astimezone(timezone.utc), end.astimezone(timezone.utc)
+
+
+def partition_key(value: date | datetime, grain: Grain) -> str:
+    """The Delta partition-value string of a partition starting at ``value``."""
+    if grain is Grain.HOUR:
+        return value.isoformat(timespec="seconds")
+    return value.isoformat()
+
+
+def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Grain, time_zone: str) -> list[Partition]:
+    """All partitions in ``[start, end)``, in order.
+
+    For ``hour`` the steps are taken in UTC and each start is shown in ``time_zone``, so no hour is skipped or
+    doubled at daylight-saving changes.
+    """
+    out: list[Partition] = []
+    if grain is Grain.HOUR:
+        tz = zone(time_zone)
+        step = timedelta(hours=1)
+        cur = start.astimezone(timezone.utc)
+        stop = end.astimezone(timezone.utc)
+        while cur < stop:
+            out.append(Partition(cur, cur + step, partition_key(cur.astimezone(tz), grain)))
+            cur += step
+        return out
+    cur = start
+    while cur < end:
+        nxt = cur + timedelta(days=1) if grain is Grain.DAY else _first_of_next_month(cur)
+        out.append(Partition(cur, nxt, partition_key(cur, grain)))
+        cur = nxt
+    return out
+
+
+def _utc_instant(value: str) -> datetime:
+    """An ISO 8601 timestamp (``T`` or a space between date and time) as an aware UTC datetime; a value without
+    offset is UTC (how Delta writes timestamp partition values). Raises ``ValueError``."""
+    start = datetime.fromisoformat(value.replace(" ", "T"))
+    return start.replace(tzinfo=timezone.utc) if start.tzinfo is None else start.astimezone(timezone.utc)
+
+
+def hour_value_start(value: str) -> datetime:
+    """The UTC start of the hour a Delta timestamp partition value names.
+
+    Raises
+    ------
+    PartitionError
+        When ``value`` is not a timestamp, naming it.
+    """
+    try:
+        return _utc_instant(value)
+    except ValueError as exc:
+        raise PartitionError(f"partition value '{value}' is not a hour partition") from exc
+
+
+def partition_of_key(key: str, grain: Grain, time_zone: str) -> Partition:
+    """The partition a Delta partition-value string names (``2013-01-01``; hours as ISO 8601 timestamps, a
+    value without offset read as UTC).
+
+    Raises
+    ------
+    PartitionError
+        When ``key`` is not a value of the grain, naming it.
+    """
+    try:
+        if grain is Grain.HOUR:
+            start = _utc_instant(key)
+            return Partition(start, start + timedelta(hours=1), partition_key(start.astimezone(zone(time_zone)), grain))
+        day = date.fromisoformat(key)
+    except ValueError as exc:
+        raise PartitionError(f"partition value '{key}' is not a {grain.value} partition") from exc
+    if grain is Grain.MONTH:
+        return Partition(day, _first_of_next_month(day), key)
+    return Partition(day, day + timedelta(days=1), key)
+
+
+def count_partitions(start: date | datetime, end: date | datetime, grain: Grain) -> int:
+    """How many partitions ``[start, end)`` holds, without listing them."""
+    if grain is Grain.DAY:
+        return (end - start).days
+    if grain is Grain.MONTH:
+        return (end.year - start.year) * 12 + end.month - start.month
+    # Aware datetimes sharing a tzinfo subtract as wall clocks; in UTC the daylight-saving hour counts.
+    return int((end.astimezone(timezone.utc) - start.astimezone(timezone.utc)).total_seconds() // 3600)
+
+
+def sql_literal(value: date | datetime) -> str:
+    """A Spark SQL literal for a bound: ``DATE'2013-01-01'`` or ``TIMESTAMP'2013-01-01 05:00:00+00:00'`` (UTC)."""
+    if isinstance(value, datetime):
+        utc = value.astimezone(timezone.utc)
+        return f"TIMESTAMP'{utc.strftime('%Y-%m-%d %H:%M:%S')}+00:00'"
+    return f"DATE'{value.isoformat()}'"
+
+
+def quote_ident(name: str) -> str:
+    """Back-quote a column name for Spark SQL."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def contiguous_runs(partitions: list[Partition]) -> list[tuple[date | datetime, date | datetime]]:
+    """Merge sorted partitions into the fewest half-open ranges that cover exactly them."""
+    runs: list[tuple[date | datetime, date | datetime]] = []
+    for p in sorted(partitions):
+        if runs and runs[-1][1] == p.start:
+            runs[-1] = (runs[-1][0], p.end)
+        else:
+            runs.append((p.start, p.end))
+    return runs
+
+
+def range_predicate(column: str, start: date | datetime, end: date | datetime, qualifier: str = "") -> str:
+    """``col >= start AND col < end``: the SQL predicate of one half-open range (``qualifier``: a table alias)."""
+    col = (f"{qualifier}." if qualifier else "") + quote_ident(column)
+    return f"{col} >= {sql_literal(start)} AND {col} < {sql_literal(end)}"
+
+
+def partitions_predicate(column: str, partitions: list[Partition]) -> str:
+    """The SQL predicate selecting exactly ``partitions`` of ``column`` (an OR of contiguous ranges).
+
+    Raises
+    ------
+    PartitionError
+        When ``partitions`` is empty: an empty predicate would scope nothing, so it is never produced.
+    """
+    if not partitions:
+        raise PartitionError("no partitions to build a predicate for")
+    runs = contiguous_runs(partitions)
+    parts = [f"({range_predicate(column, s, e)})" for s, e in runs]
+    return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"

@@ -1,0 +1,141 @@
+"""Settings: where the embedded default keeps its files, the session time zone, schema names, Spark options.
+
+Loaded from ``conf/settings.yml`` (or the file named by ``--settings`` / ``BACKFILL_SETTINGS``). The
+local folder can be moved with ``BACKFILL_HOME`` and the local master with ``BACKFILL_SPARK_MASTER``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from backfill_lib.core.errors import ConfigError
+from backfill_lib.core.safe_yaml import load as load_yaml
+
+DEFAULT_SETTINGS_PATH = Path("conf/settings.yml")
+HOME_ENV = "BACKFILL_HOME"
+SETTINGS_ENV = "BACKFILL_SETTINGS"
+MASTER_ENV = "BACKFILL_SPARK_MASTER"
+
+#: Source input per batch when batches are sized by bytes: large enough that a batch's fixed cost (a Spark job,
+#: a staging commit, a ledger event; about a second locally) is small beside its work, small enough that a
+#: failed or resumed batch redoes little.
+DEFAULT_BATCH_BYTES = 512 * 2**20
+
+
+class SparkSettings(BaseModel):
+    """How the local embedded session is built; ignored on clusters, where the active session is reused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    master: str = "local[*]"
+    app_name: str = "delta-backfill"
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _stringify(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+        return value
+
+
+class Settings(BaseModel):
+    """Project settings.
+
+    Attributes
+    ----------
+    home:
+        The one project-local folder of the embedded default: ``warehouse/`` (Delta tables),
+        ``metastore_db/`` (embedded Derby metastore) and ``runs/`` (per-run reports) live under it.
+        Relative paths resolve against the working directory.
+    time_zone:
+        IANA zone set as ``spark.sql.session.timeZone`` when the session is taken; a run switches the session
+        to its request's ``time_zone`` while it runs (:func:`backfill_lib.adapters.session.session_time_zone`).
+    staging_schema, ledger_schema:
+        Catalog schemas (databases) holding staging tables and the ledger tables.
+    batch_size:
+        Default number of partitions staged by one Spark job; unset (``null``), batches are sized by bytes.
+    batch_bytes:
+        When neither request nor settings fix ``batch_size``: bytes of source input per batch (the source's
+        input files over the range, spread evenly over its partitions; see :func:`backfill_lib.plan.model.batch_partitions`).
+    concurrency:
+        Default number of batches staged at once (concurrent Spark jobs in the FAIR pool ``backfill``).
+    conflict_attempts, retry_base_seconds, retry_max_seconds:
+        A write that meets a Delta commit conflict is tried at most ``conflict_attempts`` times in all, waiting
+        ``min(retry_max_seconds, retry_base_seconds * 2**(n-1))`` seconds (times a random 0.5-1) after failure n.
+    protected_tables:
+        Tables a run may publish to (as target or mart) only with ``--approve NAME``; the approver is recorded
+        in the ledger and in the commit's ``userMetadata``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    home: Path = Path(".backfill")
+    time_zone: str = "UTC"
+    staging_schema: str = "backfill_staging"
+    ledger_schema: str = "backfill_ledger"
+    batch_size: int | None = Field(default=None, ge=1)
+    batch_bytes: int = Field(default=DEFAULT_BATCH_BYTES, ge=1)
+    concurrency: int = Field(default=2, ge=1, le=64)
+    conflict_attempts: int = Field(default=5, ge=1)
+    retry_base_seconds: float = Field(default=0.5, ge=0)
+    retry_max_seconds: float = Field(default=8.0, ge=0)
+    protected_tables: tuple[str, ...] = ()
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+
+    @property
+    def warehouse_dir(self) -> Path:
+        return self.home.resolve() / "warehouse"
+
+    @property
+    def metastore_dir(self) -> Path:
+        return self.home.resolve() / "metastore_db"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home.resolve() / "runs"
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    """Load settings, then apply the environment overrides.
+
+    Parameters
+    ----------
+    path:
+        The YAML file. ``None`` means ``$BACKFILL_SETTINGS`` if set, else ``conf/settings.yml`` if it exists,
+        else the built-in defaults of :class:`Settings`.
+
+    Raises
+    ------
+    ConfigError
+        When a named file is missing, is not YAML, or has a bad field (the message names file and field).
+    """
+    explicit = path is not None or SETTINGS_ENV in os.environ
+    chosen = Path(path or os.environ.get(SETTINGS_ENV) or DEFAULT_SETTINGS_PATH)
+    data: dict = {}
+    if chosen.exists():
+        try:
+            data = load_yaml(chosen.read_bytes().decode("utf-8")) or {}
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{chosen}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                              f"{exc.start})") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{chosen}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{chosen}: expected a mapping of settings, got {type(data).__name__}")
+    elif explicit:
+        raise ConfigError(f"{chosen}: settings file not found")
+    if HOME_ENV in os.environ:
+        data = {**data, "home": os.environ[HOME_ENV]}
+    if MASTER_ENV in os.environ:
+        data = {**data, "spark": {**(data.get("spark") or {}), "master": os.environ[MASTER_ENV]}}
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{chosen}: field '{field}': {err['msg']}") from exc

@@ -1,0 +1,384 @@
+"""The backfill request: a frozen model loaded from ``conf/backfills/NAME.yml``.
+
+A request says what to backfill (target table, partition column, grain, inclusive date range, time zone), how
+(strategy, source SQL, keys, expectation suite, reconciliation rules) and who asks and why (owner, reason).
+Relative paths inside a request resolve against the working directory (the project root).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from backfill_lib.core.errors import PartitionError, RequestError
+from backfill_lib.core.partitions import Grain, half_open, zone
+from backfill_lib.core.safe_yaml import load as load_yaml
+from backfill_lib.intake.rules import DiffGate, MetricSpec
+from backfill_lib.intake.sql_text import single_query
+
+_TABLE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){0,2}$")
+
+
+def check_table_name(value: str) -> str:
+    """``value`` if it is ``[catalog.]schema.table``; else ``ValueError`` naming it."""
+    if not _TABLE_NAME.match(value):
+        raise ValueError(f"'{value}' is not a table name of the form [catalog.]schema.table")
+    return value
+
+
+class Strategy(str, enum.Enum):
+    """How the target is rewritten.
+
+    - ``recompute``: re-derive every row of each partition in range; publish replaces exactly those partitions
+      (``replaceWhere``) in one commit.
+    - ``rebuild``: re-create the whole table (new logic or schema) from the source; publish swaps it in with
+      one ``CREATE OR REPLACE TABLE ... AS SELECT`` commit, which keeps history so RESTORE can undo it.
+    - ``patch``: corrected rows for given keys; publish is one MERGE on the null-safe keys plus the range.
+    """
+
+    RECOMPUTE = "recompute"
+    REBUILD = "rebuild"
+    PATCH = "patch"
+
+
+class PublishMode(str, enum.Enum):
+    """How a recompute's publishing commit writes the range (the table ends the same either way).
+
+    - ``replace``: one ``replaceWhere`` commit that removes every target row in range and writes every staged
+      row; on a table with the Change Data Feed on, every row of every partition is a delete and an insert.
+    - ``changes_only``: one MERGE on the null-safe keys (plus the partition column) and the range literal that
+      updates only rows where some column differs, inserts new keys and deletes target rows in range whose key
+      is not staged, so the feed carries the real changes only.
+    """
+
+    REPLACE = "replace"
+    CHANGES_ONLY = "changes_only"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Target(_Frozen):
+    """The Delta table to backfill: catalog name ``[catalog.]schema.table``, partition column and grain."""
+
+    table: str
+    partition_column: str
+    grain: Grain = Grain.DAY
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        return check_table_name(value)
+
+
+class DateRange(_Frozen):
+    """Inclusive local dates as the user writes them; see :func:`backfill_lib.core.partitions.half_open`."""
+
+    start: date
+    end: date
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "DateRange":
+        if self.end < self.start:
+            raise ValueError(f"end {self.end.isoformat()} is before start {self.start.isoformat()}")
+        return self
+
+
+class Source(_Frozen):
+    """Where the corrected rows come from: a SQL file run with ``:range_start`` and ``:range_end`` bound.
+
+    The two parameters are the half-open bounds of the partitions being staged (``DATE`` for day and month
+    grains, ``TIMESTAMP`` for hours): the SQL must return rows with ``range_start <= partition < range_end``.
+    """
+
+    sql: Path
+
+
+class SourceMetric(_Frozen):
+    """A metric computed on a source table per partition, for reconciliation."""
+
+    table: str
+    partition_column: str
+    metric: str
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        return check_table_name(value)
+
+
+class ReconciliationRule(_Frozen):
+    """``metric`` on the staged rows must equal ``source.metric`` per partition, within ``tolerance``.
+
+    Both metrics are SQL aggregate expressions (for example ``sum(flights)`` and ``count(*)``); values are
+    compared exactly as integers or decimals, never through floating point.
+    """
+
+    name: str
+    metric: str
+    source: SourceMetric
+    tolerance: float = Field(default=0, ge=0)
+
+
+class SourceTable(_Frozen):
+    """A source table and its partition column, for metric profiles."""
+
+    table: str
+    partition_column: str
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        return check_table_name(value)
+
+
+class MetricRule(_Frozen):
+    """Metrics (row, null and NaN counts, exact sums, min/max, checksum) of the staged rows must equal the same
+    metrics of ``source`` per partition, within ``metrics.tolerance``; both sides in one pass each."""
+
+    name: str
+    source: SourceTable
+    metrics: MetricSpec
+
+
+class Gates(_Frozen):
+    """Row-count gates per partition, staged rows against the target's current rows.
+
+    A partition losing more than ``max_row_loss_fraction`` of its rows (an emptied partition loses all of
+    them) blocks publishing unless ``allow_row_loss`` is true. ``max_row_growth_fraction`` (``None``: no
+    limit) blocks partitions that grow more, unless ``allow_row_growth``. Applies to recompute and rebuild;
+    a patch only changes the rows it names.
+    """
+
+    max_row_loss_fraction: float = Field(default=0.10, ge=0, le=1)
+    allow_row_loss: bool = False
+    max_row_growth_fraction: float | None = Field(default=None, ge=0)
+    allow_row_growth: bool = False
+
+
+class Mart(_Frozen):
+    """A downstream table derived from the target, recomputed after the target publishes, under the same run ID.
+
+    ``sql`` runs with ``:range_start`` / ``:range_end`` bound to the mart's partitions covering the request's
+    range (for a ``month`` mart, the months that hold its days). ``depends_on`` names other marts of the request
+    that must publish first.
+    """
+
+    table: str
+    partition_column: str
+    grain: Grain = Grain.DAY
+    sql: Path
+    keys: tuple[str, ...] = Field(min_length=1)
+    expectations: Path | None = None
+    depends_on: tuple[str, ...] = ()
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        return check_table_name(value)
+
+
+def mart_order(marts: tuple[Mart, ...]) -> tuple[Mart, ...]:
+    """``marts`` in dependency order (a mart after every mart it ``depends_on``; otherwise as listed).
+
+    Raises
+    ------
+    ValueError
+        Naming an unknown dependency or a cycle.
+    """
+    by_table = {m.table: m for m in marts}
+    for m in marts:
+        for dep in m.depends_on:
+            if dep not in by_table:
+                raise ValueError(f"marts: {m.table} depends on {dep}, which is not a mart of this request")
+    ordered: list[Mart] = []
+    visiting: set[str] = set()
+
+    def visit(m: Mart, path: tuple[str, ...]) -> None:
+        if m in ordered:
+            return
+        if m.table in visiting:
+            raise ValueError(f"marts: dependency cycle {' -> '.join((*path, m.table))}")
+        visiting.add(m.table)
+        for dep in m.depends_on:
+            visit(by_table[dep], (*path, m.table))
+        visiting.discard(m.table)
+        ordered.append(m)
+
+    for m in marts:
+        visit(m, ())
+    return tuple(ordered)
+
+
+class BackfillRequest(_Frozen):
+    """A checked backfill request. See ``conf/backfills/fix_daily_route_delays.yml`` for a full example."""
+
+    name: str
+    owner: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    target: Target
+    range: DateRange | None = None
+    time_zone: str = "UTC"
+    strategy: Strategy
+    publish_mode: PublishMode = PublishMode.REPLACE
+    source: Source
+    keys: tuple[str, ...] = Field(min_length=1)
+    expectations: Path | None = None
+    reconciliation: tuple[ReconciliationRule, ...] = ()
+    metric_rules: tuple[MetricRule, ...] = ()
+    gates: Gates = Field(default_factory=Gates)
+    diff_gate: DiffGate | None = None
+    report_metric: str | None = None
+    delete_missing: bool = False
+    batch_size: int | None = Field(default=None, ge=1)
+    concurrency: int | None = Field(default=None, ge=1, le=64)
+    marts: tuple[Mart, ...] = ()
+    #: what publishing does when a source the run read at a pinned version changed in the range since:
+    #: ``report`` (a failed ``source_snapshot`` check; the pinned rows are published) or ``refuse`` (exit 4)
+    on_source_change: Literal["report", "refuse"] = "report"
+
+    @field_validator("owner", "reason")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value.strip()
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            zone(value)
+        except PartitionError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
+    @model_validator(mode="after")
+    def _range_fits_grain(self) -> "BackfillRequest":
+        if self.publish_mode is not PublishMode.REPLACE and self.strategy is not Strategy.RECOMPUTE:
+            raise ValueError(f"publish_mode: {self.publish_mode.value} applies to strategy recompute only "
+                             f"(got strategy {self.strategy.value})")
+        if self.range is None:
+            if self.strategy is not Strategy.REBUILD:
+                raise ValueError(f"range: required for strategy {self.strategy.value}")
+            if self.marts:
+                raise ValueError("marts: need a range (a rebuild without one cannot say which mart partitions change)")
+            return self
+        if self.marts:
+            mart_order(self.marts)
+        if self.delete_missing and self.strategy is not Strategy.PATCH:
+            raise ValueError("delete_missing: applies to strategy patch only")
+        try:
+            half_open(self.range.start, self.range.end, self.target.grain, self.time_zone)
+        except PartitionError as exc:
+            raise ValueError(f"range: {exc}") from exc
+        except (OverflowError, ValueError):  # a bound next to date.min or date.max: its exclusive end is no date
+            raise ValueError(f"range: {self.range.start.isoformat()} .. {self.range.end.isoformat()}: a partition bound "
+                             f"(the exclusive end included) would fall outside {date.min.isoformat()} .. "
+                             f"{date.max.isoformat()}") from None
+        return self
+
+    def mart_request(self, mart: Mart) -> "BackfillRequest":
+        """The request a mart is recomputed by: the mart's table, SQL, keys and suite; the months (or days) that
+        cover this request's range; the same owner, reason and time zone; strategy recompute."""
+        first, last = self.range.start, self.range.end
+        if mart.grain is Grain.MONTH:
+            first, last = first.replace(day=1), last.replace(day=1)
+        return BackfillRequest(
+            name=f"{self.name}:{mart.table}", owner=self.owner, reason=self.reason,
+            target=Target(table=mart.table, partition_column=mart.partition_column, grain=mart.grain),
+            range=DateRange(start=first, end=last), time_zone=self.time_zone, strategy=Strategy.RECOMPUTE,
+            source=Source(sql=mart.sql), keys=mart.keys, expectations=mart.expectations,
+            batch_size=self.batch_size, concurrency=self.concurrency, on_source_change=self.on_source_change,
+        )
+
+    def bounds(self):
+        """The half-open ``[start, end)`` of the request's range at its grain (``None`` for a rebuild without one)."""
+        if self.range is None:
+            return None
+        return half_open(self.range.start, self.range.end, self.target.grain, self.time_zone)
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """``value`` as an error message may echo it: its repr, cut to ``limit`` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(err: dict) -> str:
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "enum":
+        msg = f"{msg}, got '{_shown(err['input'])}'"
+    field = _field_of(err)
+    named = re.match(r"^(\w+): (.*)$", msg)
+    if not field and named:  # a whole-model check names its field as a prefix
+        field, msg = named.groups()
+    return f"field '{field or 'request'}': {msg}"
+
+
+def _field_of(err: dict) -> str:
+    return ".".join(str(p) for p in err["loc"])
+
+
+def load_request(path: str | Path) -> BackfillRequest:
+    """Load and check a request file.
+
+    The request's ``name`` defaults to the file's stem. Files it names (source SQL, expectation suite) must
+    exist.
+
+    Raises
+    ------
+    RequestError
+        When the file is missing or not YAML, a field is missing or invalid (the message names the file and
+        the field), or a file the request names does not exist.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise RequestError(f"{path}: request file not found")
+    try:
+        data = load_yaml(read_utf8(path))
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"{path}: {not_utf8(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise RequestError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(data, dict):
+        raise RequestError(f"{path}: expected a mapping of request fields, got {type(data).__name__}")
+    data.setdefault("name", path.stem)
+    try:
+        request = BackfillRequest.model_validate(data)
+    except ValidationError as exc:
+        # A misspelt key shows as an unknown field plus a missing one: name the unknown (the typo) first.
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        raise RequestError(f"{path}: " + "; ".join(_describe(e) for e in errors[:3])) from exc
+    files = [("source.sql", request.source.sql), ("expectations", request.expectations)]
+    for i, m in enumerate(request.marts):
+        files += [(f"marts.{i}.sql", m.sql), (f"marts.{i}.expectations", m.expectations)]
+    for field, file in files:
+        if file is not None and not Path(file).is_file():
+            raise RequestError(f"{path}: field '{field}': file {file} not found")
+    for field, file in files:
+        if field.endswith("sql"):  # before Spark starts; Spark's parser checks again (sources.check_query)
+            try:
+                single_query(read_utf8(Path(file)), f"{file}")
+            except UnicodeDecodeError as exc:
+                raise RequestError(f"{path}: field '{field}': file {file}: {not_utf8(exc)}") from None
+            except ValueError as exc:
+                raise RequestError(f"{path}: field '{field}': {exc}") from None
+    return request
+
+
+def read_utf8(path: Path) -> str:
+    """The text of ``path`` decoded as UTF-8 (``UnicodeDecodeError`` otherwise)."""
+    return path.read_bytes().decode("utf-8")
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """What a decoding error says about a file: the first bad byte and its offset."""
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"

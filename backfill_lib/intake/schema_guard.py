@@ -1,0 +1,87 @@
+"""Pure schema compatibility: may the rows a source produces be written into the target as they are?
+
+Allowed: identical columns; integer or decimal widening (the source value is cast explicitly to the target's
+wider type, which loses nothing); a new column, added to the target as nullable in the publishing commit itself
+(Delta ``mergeSchema``), so rows outside the range read NULL. Everything else is an error naming the column and
+both types: a missing (dropped) column, a narrowing, a change of kind (for example ``INT`` to ``STRING``), or a
+key column that is ``NOT NULL`` in the target but nullable in the source.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from backfill_lib.core.errors import SchemaMismatchError
+from backfill_lib.core.table_state import Column
+
+_INTEGER_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
+_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
+
+
+def is_widening(source: str, target: str) -> bool:
+    """True when every ``source`` value fits ``target`` exactly (integer to wider integer, decimal to wider)."""
+    if source in _INTEGER_RANK and target in _INTEGER_RANK:
+        return _INTEGER_RANK[source] <= _INTEGER_RANK[target]
+    s, t = _DECIMAL.match(source), _DECIMAL.match(target)
+    if s and t:
+        (sp, ss), (tp, ts) = map(int, s.groups()), map(int, t.groups())
+        return ss <= ts and sp - ss <= tp - ts
+    if source in _INTEGER_RANK and t:
+        digits = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19}[source]
+        tp, ts = map(int, t.groups())
+        return tp - ts >= digits
+    return False
+
+
+@dataclass(frozen=True)
+class ColumnCast:
+    """How one target column is filled from the source: the source column, cast to ``type`` when widened."""
+
+    name: str
+    type: str
+    cast: bool
+    new: bool = False
+
+
+def align(
+    source: tuple[Column, ...], target: tuple[Column, ...], where: str, keys: tuple[str, ...] = ()
+) -> tuple[ColumnCast, ...]:
+    """Map the source's columns onto the target's: the target's columns in order, then new source columns.
+
+    Parameters
+    ----------
+    source, target:
+        Column lists (names are matched case-sensitively).
+    where:
+        Names the source in error messages (a SQL file path).
+    keys:
+        Key columns: one that is ``NOT NULL`` in the target must not be nullable in the source.
+
+    Raises
+    ------
+    SchemaMismatchError
+        On a missing column, a type change that is not a widening, or a nullable key; the message names the
+        column and both types (upper case, as Spark SQL writes them).
+    """
+    by_name = {c.name: c for c in source}
+    target_names = {c.name for c in target}
+    out = []
+    for col in target:
+        src = by_name.get(col.name)
+        if src is None:
+            raise SchemaMismatchError(
+                f"{where}: target column {col.name} ({col.type.upper()}) is missing from the source"
+            )
+        if col.name in keys and not col.nullable and src.nullable:
+            raise SchemaMismatchError(f"{where}: key column {col.name} is nullable in the source but NOT NULL in the target")
+        if src.type == col.type:
+            out.append(ColumnCast(col.name, col.type, False))
+        elif is_widening(src.type, col.type):
+            out.append(ColumnCast(col.name, col.type, True))
+        else:
+            raise SchemaMismatchError(
+                f"{where}: column {col.name} is {src.type.upper()} in the source but {col.type.upper()} in the target"
+            )
+    out += [ColumnCast(c.name, c.type, False, new=True) for c in source if c.name not in target_names]
+    return tuple(out)

@@ -1,0 +1,211 @@
+"""Sources: the rows a request derives for a set of partitions, from a SQL file with bound range parameters.
+
+Request SQL only ever runs as a query. :func:`check_query` refuses a file holding anything but one query (a
+command such as ``DROP TABLE``, a SQL script, several statements) before Spark runs it, and the query then runs
+only as the subquery of ``SELECT * FROM (...)`` (:func:`~backfill_lib.intake.sql_text.wrap_query`), where no command
+parses; :func:`refuse_escapes` refuses the query constructs that reach outside Spark (``reflect`` and
+``java_method``, which call JVM methods, and ``TRANSFORM ... USING``, which runs a program).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import date, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from backfill_lib.core.errors import IntakeError, first_line
+from backfill_lib.core.partitions import quote_ident
+from backfill_lib.intake.request import BackfillRequest
+from backfill_lib.intake.sql_text import single_query, wrap_query
+
+#: Catalyst classes of an analysed plan that reach outside the query, with what the message calls them.
+FORBIDDEN = {
+    "org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection":
+        "reflect / java_method / try_reflect (they call JVM methods)",
+    "org.apache.spark.sql.catalyst.plans.logical.ScriptTransformation": "TRANSFORM ... USING (it runs a program)",
+}
+
+
+def read_sql(path: str | Path, where: str | None = None) -> str:
+    """The text of SQL file ``path`` (UTF-8).
+
+    Raises
+    ------
+    IntakeError
+        When the file is missing or not UTF-8 text; the message names ``where`` (default: the path).
+    """
+    where = where or str(path)
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise IntakeError(f"{where}: file not found") from exc
+    except UnicodeDecodeError as exc:
+        raise IntakeError(f"{where}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from exc
+
+
+def source_sql(request: BackfillRequest) -> str:
+    """The text of the request's source SQL file, without a trailing semicolon (unchecked: see
+    :func:`check_query`)."""
+    return read_sql(request.source.sql).strip().rstrip(";")
+
+
+def _parser(spark: SparkSession):
+    """Spark's SQL parser in the driver's JVM (Delta's, which delegates to Spark's), or ``None`` without one
+    (Spark Connect)."""
+    jspark = getattr(spark, "_jsparkSession", None)
+    return None if jspark is None else jspark.sessionState().sqlParser()
+
+
+def check_query(spark: SparkSession, text: str, where: str) -> str:
+    """The one query ``text`` holds, ready for :func:`~backfill_lib.intake.sql_text.wrap_query`, or an error: nothing
+    in ``text`` is executed.
+
+    First the pure split into statements (:func:`~backfill_lib.intake.sql_text.single_query`), then, where the driver
+    has a JVM, Spark's own parser: the statement must parse as a query (``parseQuery``), and when it does not,
+    ``parsePlan`` names what it is. Without a JVM (Spark Connect) the subquery wrapping alone keeps commands out.
+
+    Raises
+    ------
+    IntakeError
+        ``"{where}: holds a statement (DROP TABLE), not a query"``, ``holds 2 statements``, ``holds a SQL script``,
+        ``holds no query``, or ``does not parse``, with Spark's first message line.
+    """
+    try:
+        body = single_query(text, where)
+    except ValueError as exc:
+        raise IntakeError(str(exc)) from None
+    parser = _parser(spark)
+    if parser is not None:
+        try:
+            parser.parseQuery(body)
+        except Exception as exc:  # py4j hands back Spark's ParseException (or a Py4JError)
+            try:
+                plan = parser.parsePlan(body)
+            except Exception:
+                raise IntakeError(f"{where}: does not parse as a query: {first_line(exc)}") from exc
+            while plan.getClass().getSimpleName() == "UnresolvedWith":  # WITH a AS (...) INSERT ...: name the INSERT
+                plan = plan.child()
+            raise IntakeError(f"{where}: holds a statement ({plan.getClass().getSimpleName()}), not a query") from exc
+    return body
+
+
+def _classes(tree) -> set[str]:
+    """Every ``class`` named in a Catalyst plan's JSON (nodes, expressions, subquery plans)."""
+    found: set[str] = set()
+    stack = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("class"), str):
+                found.add(item["class"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def refuse_escapes(df: DataFrame, where: str) -> None:
+    """Refuse ``df`` when its analysed plan (views, subqueries and CTEs included) uses a :data:`FORBIDDEN`
+    construct. Reads no data. Under Spark Connect, which shows no plan, nothing is checked.
+
+    Raises
+    ------
+    IntakeError
+        ``"{where}: uses reflect / java_method ..."``.
+    """
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return
+    try:
+        classes = _classes(json.loads(jdf.queryExecution().analyzed().toJSON()))
+    except Exception as exc:  # fail closed: a plan that cannot be inspected is not run
+        raise IntakeError(f"{where}: its analysed plan could not be inspected: {first_line(exc)}") from exc
+    for cls, what in FORBIDDEN.items():
+        if cls in classes:
+            raise IntakeError(f"{where}: uses {what}; request SQL may only read tables")
+
+
+def check_aggregate(df: DataFrame, text: str, by: str, where: str) -> DataFrame:
+    """Analyse aggregate expression ``text`` (a metric such as ``sum(flights)``) on ``df`` grouped by column
+    ``by``, without reading data; return that aggregation (columns ``by`` and ``_metric``).
+
+    ``F.expr`` parses exactly one expression, so no statement can hide in ``text``; a scalar subquery in it is a
+    query, checked like the rest by :func:`refuse_escapes`.
+
+    Raises
+    ------
+    IntakeError
+        ``"{where}: ..."`` when ``text`` does not parse as one expression or does not analyse on ``df`` (an unknown
+        column, a non-aggregate), or uses a forbidden construct.
+    """
+    try:
+        metric = F.expr(text)
+        out = df.groupBy(F.col(quote_ident(by))).agg(metric.alias("_metric"))
+        out.schema  # analysis, no job
+    except PySparkException as exc:
+        raise IntakeError(f"{where}: '{text}' is not a valid aggregate here: {first_line(exc)}") from None
+    refuse_escapes(out, where)
+    return out
+
+
+def source_frame(
+    spark: SparkSession, request: BackfillRequest, start: date | datetime | None, end: date | datetime | None,
+    versions: Mapping[str, int] | None = None,
+) -> DataFrame:
+    """The source rows for the half-open range ``[start, end)``, as a lazy DataFrame.
+
+    The SQL runs with the named parameters ``:range_start`` and ``:range_end`` bound to ``start`` and ``end``
+    (``DATE`` or ``TIMESTAMP`` values); with ``None`` bounds (a rebuild of the whole table) it runs without
+    parameters. It is checked to be one query (:func:`check_query`) and runs only as a subquery
+    (``SELECT * FROM (...)``); its analysed plan must not call out of Spark (:func:`refuse_escapes`). Only
+    analysis happens here; no data is read and nothing else is executed.
+    ``versions`` (the plan's :attr:`~backfill_lib.plan.model.BackfillPlan.pinned_versions`) reads each Delta table the
+    SQL names at its pinned version (:func:`backfill_lib.plan.source_pins.pin_versions`), rewritten after the check
+    and before the wrapping; ``None`` reads them as they are.
+
+    Raises
+    ------
+    IntakeError
+        When the file is not one query, does not parse or analyse, or uses a forbidden construct; the message names
+        the file and Spark's first message line.
+    """
+    from backfill_lib.plan.source_pins import pinned_sql
+
+    where = str(request.source.sql)
+    text = wrap_query(pinned_sql(spark, check_query(spark, read_sql(request.source.sql), where), versions))
+    try:
+        if start is None:
+            df = spark.sql(text)
+        else:
+            df = spark.sql(text, args={"range_start": start, "range_end": end})
+    except PySparkException as exc:
+        raise IntakeError(f"{where}: {first_line(exc)}") from exc
+    refuse_escapes(df, where)
+    return df
+
+
+def source_input(spark: SparkSession, df: DataFrame):
+    """Files and bytes ``df`` would read: ``DataFrame.inputFiles()`` after partition pruning, sized from the
+    file system's metadata (no data read). Returns :class:`~backfill_lib.plan.model.SourceInput`."""
+    from backfill_lib.plan.model import SourceInput
+
+    files = df.inputFiles()
+    if not files:
+        return SourceInput(0, 0)
+    path_class = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # resolved once: each name step is a py4j call
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    file_systems: dict[tuple[str, str], object] = {}
+    total = 0
+    for f in files:
+        path = path_class(f)
+        root = urlsplit(f)[:2]  # scheme and authority name the file system
+        if root not in file_systems:
+            file_systems[root] = path.getFileSystem(conf)
+        total += file_systems[root].getFileStatus(path).getLen()
+    return SourceInput(len(files), total)

@@ -1,0 +1,126 @@
+"""Pure checks of request SQL text: one statement, and a query rather than a command. Imports no pyspark.
+
+This is the first of two gates (the second, Spark's own parser, is :func:`backfill_lib.intake.sources.check_query`): it
+splits the text into statements the way Spark's lexer does for what matters here (quotes, back-quoted names,
+``--`` and nested ``/* */`` comments) so that a file can be refused before Spark starts, with a message saying
+what it holds. It is never the only gate: a text it passes is still parsed by Spark as a query and run only
+wrapped as a subquery, which a command, a script or several statements cannot parse as.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Words a Spark SQL query can start with (``FROM t SELECT ...`` and ``TABLE t`` are queries too).
+QUERY_STARTS = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE"})
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _scan(text: str) -> tuple[list[str], list[str]]:
+    """``text`` split at top-level semicolons: each statement's text (comments kept), and the same with comments,
+    quoted strings and names blanked, for finding its leading words. Empty (comment-only) statements are left
+    out."""
+    statements: list[str] = []
+    bare: list[str] = []
+    start, i, n = 0, 0, len(text)
+    plain: list[str] = []  # the current statement's characters outside comments and quotes
+    significant = False
+
+    def close(end: int) -> None:
+        nonlocal start, plain, significant
+        if significant:
+            statements.append(text[start:end].strip())
+            bare.append("".join(plain))
+        start, plain, significant = end + 1, [], False
+
+    while i < n:
+        c = text[i]
+        if c == "-" and text.startswith("--", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            plain.append(" ")
+            continue
+        if c == "/" and text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            plain.append(" ")
+            continue
+        if c in "'\"`":
+            raw = c != "`" and i > 0 and text[i - 1] in "rR" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] == "_"))
+            j = i + 1
+            while j < n:
+                if text[j] == "\\" and c != "`" and not raw:
+                    j += 2
+                    continue
+                if text[j] == c:
+                    if c == "`" and text.startswith("``", j):  # a doubled back-quote inside a name
+                        j += 2
+                        continue
+                    break
+                j += 1
+            i = j + 1
+            plain.append(" x ")
+            significant = True
+            continue
+        if c == ";":
+            close(i)
+            i += 1
+            continue
+        if not c.isspace():
+            significant = True
+        plain.append(c)
+        i += 1
+    close(n)
+    return statements, bare
+
+
+def leading_words(bare: str, count: int = 2) -> str:
+    """The first ``count`` words of a statement (upper case), e.g. ``DROP TABLE``."""
+    return " ".join(w.upper() for w in _WORD.findall(bare)[:count])
+
+
+def single_query(text: str, where: str) -> str:
+    """The one statement of ``text`` (trailing semicolons and blank space removed), if it can be a query.
+
+    Parameters
+    ----------
+    text:
+        The content of a source or mart SQL file.
+    where:
+        What the text is (its file and field), to start the error message with.
+
+    Raises
+    ------
+    ValueError
+        ``"{where}: ..."`` when ``text`` holds no statement, several statements, or one that starts like a
+        command or a script (``DROP TABLE``, ``ALTER TABLE``, ``INSERT INTO``, ``BEGIN``...) rather than a query.
+    """
+    statements, bare = _scan(text)
+    if not statements:
+        raise ValueError(f"{where}: holds no query (empty, or only comments)")
+    first = leading_words(bare[0], 1)
+    if first == "BEGIN":
+        raise ValueError(f"{where}: holds a SQL script (BEGIN ... END), not a query")
+    if len(statements) > 1:
+        kinds = ", ".join(leading_words(b, 1) or "?" for b in bare[:5])
+        raise ValueError(f"{where}: holds {len(statements)} statements ({kinds}), not one query")
+    if first not in QUERY_STARTS and not bare[0].lstrip().startswith("("):
+        raise ValueError(f"{where}: holds a statement ({leading_words(bare[0]) or '?'}), not a query")
+    return statements[0]
+
+
+def wrap_query(body: str, alias: str = "_backfill_source") -> str:
+    """``body`` as the only subquery of ``SELECT * FROM (...) AS alias``.
+
+    Only a query parses there: a command, a script or several statements make the whole text fail to parse, and
+    a body that closes the parenthesis early can only continue the one outer query. The newlines end a ``--``
+    comment on the body's last line.
+    """
+    return f"SELECT * FROM (\n{body}\n) AS {alias}"

@@ -1,0 +1,118 @@
+"""The dry run: render a plan for a person. Reads only the plan; writes nothing."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from backfill_lib.plan.model import BackfillPlan
+
+#: Longer partition lists show this many rows from each end.
+EDGE_ROWS = 10
+
+
+def human_bytes(n: int) -> str:
+    """``1536`` -> ``1.5 KiB`` (binary units)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _rows(n: int | None) -> str:
+    return "unknown" if n is None else f"{n:,}"
+
+
+def _marts_line(plan: BackfillPlan) -> str:
+    """Each mart, in the order it is released, with the partitions covering the range it recomputes."""
+    from backfill_lib.core.partitions import enumerate_partitions
+    from backfill_lib.intake.request import mart_order
+
+    r = plan.request
+    lines = []
+    for m in mart_order(r.marts):
+        child = r.mart_request(m)
+        parts = enumerate_partitions(*child.bounds(), m.grain, r.time_zone)
+        lines.append(f"{m.table}: {len(parts):,} x {m.grain.value} ({parts[0].key} .. {parts[-1].key}), "
+                     f"recomputed after the target publishes, same run ID")
+    return "\n".join(lines) or "none"
+
+
+def _zone_line(plan: BackfillPlan) -> str:
+    """The Spark session time zone the run's SQL runs in, and the zone of its hour-partition writes."""
+    line = f"session time zone {plan.session_time_zone} (the request's time_zone): every SQL of the run runs in it"
+    if plan.write_time_zone != plan.session_time_zone:
+        line += (f"; hour partitions are written in {plan.write_time_zone}, so each hour keeps its own partition "
+                 "value (also the repeated hour of a daylight-saving fall-back)")
+    return line
+
+
+def _pins_line(plan: BackfillPlan) -> str:
+    pins = plan.source_versions
+    if pins is None:
+        return "pinned when the run starts"
+    listed = ", ".join(f"{s.table} version {s.version}" for s in pins) or "none (no Delta table named)"
+    return f"{listed} (read at these versions for the whole run; the run pins them again when it starts)"
+
+
+def explain(plan: BackfillPlan) -> Group:
+    """A renderable of the plan: what, why, which partitions, their current cost, where rows are staged."""
+    from backfill_lib.strategies import strategy_for
+
+    r = plan.request
+    strategy = strategy_for(r.strategy, r.publish_mode)
+    parts = plan.partitions
+    total = plan.total
+    src = plan.source_input
+    source_line = (
+        "not file-based" if src.files is None
+        else f"{src.files:,} files, {human_bytes(src.bytes)} for the whole range (file metadata after pruning)"
+    )
+    range_line = (
+        f"[{plan.range_start}, {plan.range_end})  (inclusive {r.range.start} .. {r.range.end})" if r.range
+        else "the whole table (rebuild)"
+    )
+    first_last = f"first {parts[0].key}, last {parts[-1].key}" if parts else "none yet"
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    for label, value in [
+        ("request", f"{r.name} ({plan.request_path})"),
+        ("owner / reason", f"{r.owner} / {r.reason}"),
+        ("target", f"{plan.target_table} at version {plan.target_version}"),
+        ("strategy", strategy.describe(plan)),
+        ("partitions", f"{len(parts):,} x {r.target.grain.value} on {plan.partition_column} "
+                       f"(time zone {r.time_zone}), {first_last}"),
+        ("range", range_line),
+        ("time zone", _zone_line(plan)),
+        ("current data in range", f"{total.files:,} files, {human_bytes(total.bytes)}, {_rows(total.rows)} rows "
+                                  "(from the Delta log)"),
+        ("source input", source_line),
+        ("change data feed", strategy.change_feed(plan)),
+        ("source versions", _pins_line(plan)),
+        ("row-count gate", f"a partition losing more than {r.gates.max_row_loss_fraction:.0%} of its rows blocks "
+                           f"publishing{' (allowed by the request)' if r.gates.allow_row_loss else ''}"),
+        ("batches", f"{len(plan.batches)} of up to {max((len(b.partitions) for b in plan.batches), default=0)} partitions"),
+        ("staging table", plan.staging_table),
+        ("expectation suite", str(r.expectations or "none")),
+        ("reconciliation", ", ".join(rule.name for rule in r.reconciliation) or "none"),
+        ("downstream marts", _marts_line(plan)),
+        ("concurrency", f"{r.concurrency} batches at once" if r.concurrency else "from settings"),
+        ("plan ID", f"{plan.run_id} (`backfill run` plans again and gets its own run ID)"),
+    ]:
+        head.add_row(label, value)
+    table = Table(title="Partitions touched (current target, from the Delta log)", title_justify="left")
+    for name, justify in (("partition", "left"), ("batch", "right"), ("files", "right"), ("bytes", "right"), ("rows", "right")):
+        table.add_column(name, justify=justify)
+    batch_of = {p.key: b.index for b in plan.batches for p in b.partitions}
+    shown = parts if len(parts) <= 2 * EDGE_ROWS else parts[:EDGE_ROWS] + parts[-EDGE_ROWS:]
+    for i, p in enumerate(shown):
+        if len(parts) > 2 * EDGE_ROWS and i == EDGE_ROWS:
+            table.add_row(f"... {len(parts) - 2 * EDGE_ROWS:,} more", "", "", "", "")
+        c = p.current
+        table.add_row(p.key, str(batch_of[p.key]), f"{c.files:,}", human_bytes(c.bytes), _rows(c.rows))
+    table.add_row("total", "", f"{total.files:,}", human_bytes(total.bytes), _rows(total.rows), style="bold")
+    return Group(Text("Backfill plan (dry run: nothing is written)", style="bold underline"), head, table)

@@ -1,0 +1,387 @@
+"""The plan: one frozen object, built without side effects, printed by the dry run and executed by the run.
+
+``build_plan(request, state, ...)`` decides which partitions are touched, how they are batched, where they are
+staged and what the target looked like (version, per-partition files, bytes and rows from the Delta log).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import asdict, dataclass
+from datetime import date, datetime, timezone
+
+from backfill_lib.core.errors import RequestError
+from backfill_lib.core.partition_keys import PartitionKeys
+from backfill_lib.core.partitions import (
+    Partition,
+    enumerate_partitions,
+    hour_value_start,
+    partition_of_key,
+    partitions_predicate,
+)
+from backfill_lib.core.settings import DEFAULT_BATCH_BYTES
+from backfill_lib.core.table_state import PartitionStats, TableState
+from backfill_lib.intake.request import BackfillRequest, Strategy
+from backfill_lib.intake.table_checks import check_request_against_table
+
+
+@dataclass(frozen=True)
+class PlannedPartition:
+    """A partition the plan touches and what the target holds in it now (from the Delta log)."""
+
+    partition: Partition
+    current: PartitionStats
+
+    @property
+    def key(self) -> str:
+        return self.partition.key
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Partitions staged together by one Spark job, contiguous and in order."""
+
+    index: int
+    partitions: tuple[PlannedPartition, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(p.key for p in self.partitions)
+
+    @property
+    def start(self) -> date | datetime:
+        return self.partitions[0].partition.start
+
+    @property
+    def end(self) -> date | datetime:
+        return self.partitions[-1].partition.end
+
+
+@dataclass(frozen=True)
+class SourceInput:
+    """What the source SQL reads for the whole range: data files and their bytes (file-system metadata, after
+    partition pruning; no data read). ``None`` fields when the source is not file-based."""
+
+    files: int | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class SourceVersion:
+    """A Delta table the run reads and the version it reads it at (pinned once per run; see
+    :mod:`backfill_lib.plan.source_pins`). ``table`` is the name as the request writes it (lower-cased parts),
+    ``location`` the table's data path (names of one table share it)."""
+
+    table: str
+    version: int
+    location: str = ""
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """Everything a run does, fixed before it starts.
+
+    ``range_start`` / ``range_end`` are the half-open bounds of the whole range; ``target_version`` is the
+    version of the target the plan read (the publish fence compares against it). Totals are in files, bytes and
+    rows of the target's current data in range.
+    """
+
+    run_id: str
+    planned_at: str
+    request: BackfillRequest
+    request_path: str
+    target_location: str
+    target_version: int
+    range_start: date | datetime
+    range_end: date | datetime
+    batches: tuple[Batch, ...]
+    staging_table: str
+    source_input: SourceInput = SourceInput()
+    target_columns: tuple = ()
+    #: the run a downstream mart's child run belongs to (its commits carry that run ID)
+    parent_run_id: str | None = None
+    #: who approved publishing to a protected table (set at run time, not planned)
+    approved_by: str | None = None
+    #: True when ``build_plan`` minted ``run_id`` (time plus 24 random bits), so no ledger can hold it yet and the
+    #: runner skips looking it up; False for a given run ID and for a plan read back from the ledger
+    run_id_minted: bool = False
+    #: whether the target has the Change Data Feed on (``delta.enableChangeDataFeed``) as the plan read it
+    target_change_data_feed: bool = False
+    #: the Spark session time zone (``spark.sql.session.timeZone``) the run's SQL is analysed and run in: the
+    #: request's ``time_zone``, whatever the settings' zone (set by :func:`build_plan`, recorded in the ledger)
+    session_time_zone: str = "UTC"
+
+    @property
+    def write_time_zone(self) -> str:
+        """The session time zone of the run's writes into a table partitioned by the plan's column (publishing,
+        and a rebuild's staging): ``UTC`` for the hour grain, else :attr:`session_time_zone`.
+
+        Delta derives a ``TIMESTAMP`` partition value from its wall-clock text in the session zone
+        (``2024-10-27 02:00:00``) parsed back in that zone (``DelayedCommitProtocol.parsePartitions``,
+        delta-spark 4.4.0), so in a zone with a daylight-saving fall-back the two repeated hours would get one
+        value and the second hour's rows would land in the first; UTC repeats no wall clock. What is written
+        is analysed in :attr:`session_time_zone` before, so the rows are the same. Dates have no zone.
+        """
+        from backfill_lib.core.partitions import Grain
+
+        return "UTC" if self.request.target.grain is Grain.HOUR else self.session_time_zone
+    #: the version of every Delta source the run reads (source SQL tables, rules' tables); ``None`` until the
+    #: run pins them (:func:`backfill_lib.plan.source_pins.pin_sources`), and for runs stored before pinning existed
+    source_versions: tuple[SourceVersion, ...] | None = None
+
+    @property
+    def pinned_versions(self) -> dict[str, int] | None:
+        """``{table: version}`` of :attr:`source_versions` (``None`` when not pinned)."""
+        return None if self.source_versions is None else {s.table: s.version for s in self.source_versions}
+
+    @property
+    def commit_run_id(self) -> str:
+        """The run ID recorded in the target's commits: the parent run's, for a mart."""
+        return self.parent_run_id or self.run_id
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.request.strategy
+
+    @property
+    def target_table(self) -> str:
+        return self.request.target.table
+
+    @property
+    def partition_column(self) -> str:
+        return self.request.target.partition_column
+
+    @property
+    def partitions(self) -> tuple[PlannedPartition, ...]:
+        return tuple(p for b in self.batches for p in b.partitions)
+
+    @property
+    def partition_keys(self) -> PartitionKeys:
+        """How runtime code keys the partition column's values as this plan keys its partitions."""
+        return PartitionKeys(self.partition_column, self.request.target.grain, self.request.time_zone)
+
+    def predicate(self, partitions: list[Partition] | None = None) -> str:
+        """The SQL predicate of ``partitions`` (default: every planned partition) on the partition column."""
+        chosen = partitions if partitions is not None else [p.partition for p in self.partitions]
+        return partitions_predicate(self.partition_column, chosen)
+
+    def batch_predicate(self, batch: Batch) -> str:
+        return self.predicate([p.partition for p in batch.partitions])
+
+    @property
+    def total(self) -> PartitionStats:
+        """Sum of the target's files, bytes and rows over the planned partitions (rows ``None`` if unknown)."""
+        cur = [p.current for p in self.partitions]
+        rows = None if any(c.rows is None for c in cur) else sum(c.rows for c in cur)
+        return PartitionStats(sum(c.files for c in cur), sum(c.bytes for c in cur), rows)
+
+    def summary(self) -> dict:
+        """A JSON-ready summary stored in the ledger with the run."""
+        total = self.total
+        return {
+            "run_id": self.run_id,
+            "planned_at": self.planned_at,
+            "request": json.loads(self.request.model_dump_json()),
+            "request_path": self.request_path,
+            "target_version": self.target_version,
+            "range_start": str(self.range_start),
+            "range_end_exclusive": str(self.range_end),
+            "partitions": len(self.partitions),
+            "batches": [list(b.keys) for b in self.batches],
+            "staging_table": self.staging_table,
+            "current": asdict(total),
+            "current_rows": {p.key: p.current.rows for p in self.partitions},
+            "current_partitions": {p.key: asdict(p.current) for p in self.partitions},
+            "target_location": self.target_location,
+            "target_columns": [asdict(c) for c in self.target_columns],
+            "source_input": asdict(self.source_input),
+            "parent_run_id": self.parent_run_id,
+            "target_change_data_feed": self.target_change_data_feed,
+            "session_time_zone": self.session_time_zone,
+            "write_time_zone": self.write_time_zone,
+            "source_versions": (None if self.source_versions is None
+                                else [asdict(s) for s in self.source_versions]),
+        }
+
+
+def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str) -> dict[str, PartitionStats]:
+    """Delta's partition values keyed as the plan keys them. Day and month values already match; Delta writes
+    timestamp values as UTC (``2024-03-10T07:00:00.000000Z``), which become local keys of the request's zone."""
+    from backfill_lib.core.partitions import Grain
+
+    if grain is not Grain.HOUR:
+        return partitions
+    return {partition_of_key(k, grain, time_zone).key: v for k, v in partitions.items() if k is not None}
+
+
+#: Partitions per batch when nothing tells their size (no file-based source, an empty target).
+FALLBACK_BATCH_SIZE = 31
+
+
+def batch_partitions(planned: list[PlannedPartition], source_input: SourceInput, batch_bytes: int) -> int:
+    """Partitions per batch so that each batch reads about ``batch_bytes`` bytes. Pure.
+
+    Bytes per partition are the source's input bytes over the whole range (file-system metadata after
+    partition pruning, :class:`SourceInput`) spread evenly over the planned partitions; without them, the
+    target's current bytes per partition (Delta log). With neither, :data:`FALLBACK_BATCH_SIZE`. The result is
+    between 1 and the number of planned partitions.
+    """
+    n = len(planned)
+    if n == 0:
+        return 1
+    total = source_input.bytes or sum(p.current.bytes for p in planned)
+    if not total:
+        return min(n, FALLBACK_BATCH_SIZE)
+    return max(1, min(n, batch_bytes * n // total))  # batch_bytes / (total / n), in integers
+
+
+def _with_current_stats(parts: list[Partition], partitions: dict[str, PartitionStats], grain) -> list[PlannedPartition]:
+    """Each partition with the target's stats for it. Hours are matched by their UTC start, which parses
+    Delta's value once per partition instead of building a second set of keys (planning ten years of hours
+    stays linear and fast)."""
+    from backfill_lib.core.partitions import Grain
+
+    empty = PartitionStats()
+    if grain is not Grain.HOUR:
+        return [PlannedPartition(p, partitions.get(p.key, empty)) for p in parts]
+    by_start = {hour_value_start(value): stats for value, stats in partitions.items() if value is not None}
+    return [PlannedPartition(p, by_start.get(p.start.astimezone(timezone.utc), empty)) for p in parts]
+
+
+def new_run_id(now: datetime) -> str:
+    """``bf_YYYYMMDD_HHMMSS_xxxxxx``: UTC time of planning plus 6 random hex digits; safe in table names."""
+    return f"bf_{now.astimezone(timezone.utc):%Y%m%d_%H%M%S}_{secrets.token_hex(3)}"
+
+
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9_]{1,80}")
+
+
+def check_run_id(run_id: str) -> str:
+    """Return ``run_id`` if it is 1-80 letters, digits or underscores (it becomes part of a table name).
+
+    Raises
+    ------
+    RequestError
+        Naming the run ID otherwise.
+    """
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise RequestError(f"run ID '{run_id}' must be 1 to 80 letters, digits or underscores")
+    return run_id
+
+
+def staging_table_name(target: str, staging_schema: str, run_id: str) -> str:
+    """``[catalog.]<staging_schema>.<schema>__<table>__<run_id>``: one staging table per target and run."""
+    parts = target.split(".")
+    catalog = parts[0] + "." if len(parts) == 3 else ""
+    flat = "__".join(parts[-2:])
+    return f"{catalog}{staging_schema}.{flat}__{run_id}"
+
+
+def build_plan(
+    request: BackfillRequest,
+    state: TableState,
+    *,
+    request_path: str,
+    staging_schema: str,
+    batch_size: int | None,
+    now: datetime,
+    run_id: str | None = None,
+    source_input: SourceInput = SourceInput(),
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> BackfillPlan:
+    """Build the frozen plan of ``request`` against the target's ``state``. Pure.
+
+    Parameters
+    ----------
+    batch_size:
+        Partitions per batch when the request does not set ``batch_size``; ``None`` sizes batches by bytes
+        (:func:`batch_partitions`, ``batch_bytes`` of source input per batch).
+    now:
+        Captured once by the caller; the run ID and ``planned_at`` derive from it.
+
+    A rebuild without a range touches every partition the target has now (from the Delta log), in one batch:
+    the whole table is re-created at once.
+
+    The plan's ``session_time_zone`` is the request's ``time_zone``: the run's SQL runs in it, not in the
+    settings' zone.
+
+    Raises
+    ------
+    IntakeError
+        When the request does not fit the table (see :func:`check_request_against_table`).
+    """
+    check_request_against_table(request, state)
+    grain, tz = request.target.grain, request.time_zone
+    bounds = request.bounds()
+    if bounds is None:
+        parts = sorted({partition_of_key(k, grain, tz) for k in state.partitions if k is not None})
+        start, end = (parts[0].start, parts[-1].end) if parts else (None, None)
+    else:
+        start, end = bounds
+        parts = enumerate_partitions(start, end, grain, tz)
+    planned = _with_current_stats(parts, state.partitions, grain)
+    if request.strategy is Strategy.REBUILD:
+        size = len(planned) or 1
+    else:
+        size = request.batch_size or batch_size or batch_partitions(planned, source_input, batch_bytes)
+    batches = tuple(
+        Batch(i, tuple(planned[j : j + size])) for i, j in enumerate(range(0, len(planned), size))
+    )
+    minted = not run_id
+    run_id = check_run_id(run_id) if run_id else new_run_id(now)
+    return BackfillPlan(
+        run_id=run_id,
+        planned_at=now.astimezone(timezone.utc).isoformat(timespec="seconds"),
+        request=request,
+        request_path=request_path,
+        target_location=state.location,
+        target_version=state.version,
+        range_start=start,
+        range_end=end,
+        batches=batches,
+        staging_table=staging_table_name(request.target.table, staging_schema, run_id),
+        source_input=source_input,
+        target_columns=state.columns,
+        run_id_minted=minted,
+        target_change_data_feed=state.change_data_feed,
+        session_time_zone=tz,
+    )
+
+
+def plan_from_summary(summary: dict) -> BackfillPlan:
+    """Rebuild the frozen plan a run stored in the ledger (:meth:`BackfillPlan.summary`), for publishing a
+    validated run later or resuming it. The partitions, batches and the target state the plan saw come back
+    exactly; nothing is re-read from the tables."""
+    from backfill_lib.core.table_state import Column
+
+    request = BackfillRequest.model_validate(summary["request"])
+    grain, tz = request.target.grain, request.time_zone
+    stats = summary["current_partitions"]
+    batches = tuple(
+        Batch(i, tuple(PlannedPartition(partition_of_key(k, grain, tz), PartitionStats(**stats[k])) for k in keys))
+        for i, keys in enumerate(summary["batches"])
+    )
+    parts = [p.partition for b in batches for p in b.partitions]
+    bounds = request.bounds() or ((parts[0].start, parts[-1].end) if parts else (None, None))
+    return BackfillPlan(
+        run_id=summary["run_id"],
+        planned_at=summary["planned_at"],
+        request=request,
+        request_path=summary["request_path"],
+        target_location=summary["target_location"],
+        target_version=summary["target_version"],
+        range_start=bounds[0],
+        range_end=bounds[1],
+        batches=batches,
+        staging_table=summary["staging_table"],
+        source_input=SourceInput(**summary["source_input"]),
+        target_columns=tuple(Column(**c) for c in summary["target_columns"]),
+        parent_run_id=summary.get("parent_run_id"),
+        target_change_data_feed=bool(summary.get("target_change_data_feed", False)),
+        # a plan stored before the field ran in the settings' zone; it continues in the request's
+        session_time_zone=summary.get("session_time_zone") or tz,
+        source_versions=(None if summary.get("source_versions") is None
+                         else tuple(SourceVersion(**s) for s in summary["source_versions"])),
+    )

@@ -1,0 +1,329 @@
+"""Source snapshot: every Delta table a run reads is read at one version, pinned once per run.
+
+A run pins the current version of each Delta table its source SQL names directly and of each table its
+reconciliation and metric rules read (:func:`pin_sources`); the versions are stored with the frozen plan in the
+ledger (``plan_json``), so staging, reconciliation and a resume read the same data however long they take and
+whatever commits land meanwhile. The source SQL is rewritten (:func:`pin_versions`) from Spark's own parse of
+it: every table reference the parser gives as an ``UnresolvedRelation`` that is not a CTE name, not a temporary
+view and not already time-travelled gets `` VERSION AS OF N`` right after its identifier (Spark's grammar:
+``identifierReference temporalClause? optionsClause? sample? tableAlias``). Tables read through a view or an
+``IDENTIFIER(...)`` clause are not pinned.
+
+At publish, :func:`source_changes` tells, per pinned table, whether commits after its pinned version changed
+what the run read: a data-changing ``add`` of a file the range's queries read now, or a ``remove`` of a file
+they read at the pinned version (so appends to other partitions and compactions are not changes). The
+request's ``on_source_change`` decides what a change does (``report``: a failed ``source_snapshot`` check in
+the run's result and report, the pinned rows are published; ``refuse``: :class:`SourceChangedError`).
+
+Without a JVM (Spark Connect) the SQL is not rewritten, only the rules' tables are pinned (their version from
+``DESCRIBE HISTORY``), and at publish any newer version of a pinned table counts as a change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import unquote, urlsplit
+
+from pyspark.sql import DataFrame, SparkSession
+
+from backfill_lib.core.checks import Check
+from backfill_lib.intake.request import BackfillRequest
+from backfill_lib.plan.model import BackfillPlan, SourceVersion
+
+#: commits after a pinned version read in the driver to find what changed; beyond this a newer version counts
+#: as a change without looking (a source that busy has most likely changed the range anyway)
+MAX_INSPECTED_COMMITS = 1000
+
+_PLAIN = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def table_key(parts: Iterable[str]) -> str:
+    """The key a table is pinned under: its name parts lower-cased (Spark's identifiers are case-insensitive),
+    joined by dots, a part that is not a plain identifier back-quoted (so the key reads the table in SQL too)."""
+    out = []
+    for p in parts:
+        p = p.lower()
+        out.append(p if _PLAIN.fullmatch(p) else "`" + p.replace("`", "``") + "`")
+    return ".".join(out)
+
+
+def _jvm_session(spark: SparkSession):
+    """The JVM SparkSession of classic PySpark; ``None`` under Spark Connect."""
+    return getattr(spark, "_jsparkSession", None)
+
+
+def _scala_list(seq) -> list:
+    out, it = [], seq.iterator()
+    while it.hasNext():
+        out.append(it.next())
+    return out
+
+
+def _relations(spark: SparkSession, text: str) -> list[tuple[str, list[str], int | None, int | None]] | None:
+    """The table references of ``text`` Spark's parser finds, as ``(key, name parts, start, stop)`` (inclusive
+    character indices of the identifier in ``text``; ``None`` when the parser gave none), CTE references left
+    out; ``None`` when there is no JVM parser or ``text`` does not parse (then Spark reports it when it runs)."""
+    jss = _jvm_session(spark)
+    if jss is None:
+        return None
+    try:
+        root = jss.sessionState().sqlParser().parsePlan(text)
+    except Exception:
+        return None
+    found, ctes, stack = [], set(), [root]
+    while stack:
+        node = stack.pop()
+        kind = node.getClass().getSimpleName()
+        if kind == "UnresolvedWith":
+            ctes.update(pair._1().lower() for pair in _scala_list(node.cteRelations()))
+        elif kind == "UnresolvedRelation":
+            parts = [str(p) for p in _scala_list(node.multipartIdentifier())]
+            origin = node.origin()
+            start, stop = origin.startIndex(), origin.stopIndex()
+            same_text = origin.sqlText().isDefined() and origin.sqlText().get() == text
+            found.append((table_key(parts), parts, start.get() if start.isDefined() and same_text else None,
+                          stop.get() if stop.isDefined() and same_text else None))
+        # children, plus CTE definitions and subquery expressions (a plan's innerChildren)
+        stack.extend(_scala_list(node.children()) + _scala_list(node.innerChildren()))
+    return [r for r in found if not (len(r[1]) == 1 and r[1][0].lower() in ctes)]
+
+
+def _is_temp_view(spark: SparkSession, parts: list[str]) -> bool:
+    jss = _jvm_session(spark)
+    ident = jss.sessionState().sqlParser().parseMultipartIdentifier(table_key(parts))
+    return bool(jss.sessionState().catalog().isTempView(ident))
+
+
+def _snapshot(spark: SparkSession, name: str, version: int | None = None):
+    """Delta table ``name``'s snapshot (JVM ``Snapshot``) at ``version`` (default: the latest)."""
+    from backfill_lib.adapters.delta_log import latest_snapshot
+
+    latest = latest_snapshot(spark, name)
+    if version is None or int(latest.version()) == version:
+        return latest
+    jvm = spark.sparkContext._jvm
+    return latest.deltaLog().getSnapshotAt(version, jvm.scala.Option.empty(), jvm.scala.Option.empty(), False)
+
+
+def snapshot_at(spark: SparkSession, name: str, version: int | None):
+    """Delta table ``name``'s snapshot at ``version`` (default: the latest), for reading its log (for example
+    :func:`~backfill_lib.adapters.delta_log.partition_stats`) as the run's pinned reads see it."""
+    return _snapshot(spark, name, version)
+
+
+def _current(spark: SparkSession, name: str) -> tuple[int, str] | None:
+    """``(version, location)`` of Delta table ``name`` now; ``None`` when it is not a Delta table (a view,
+    Parquet, a missing table: the run's own checks name those)."""
+    if _jvm_session(spark) is None:
+        try:
+            row = spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()
+        except Exception:
+            return None
+        return (int(row["version"]), name) if row is not None else None
+    try:
+        snap = _snapshot(spark, name)
+        return int(snap.version()), str(snap.deltaLog().dataPath().toString())
+    except Exception:
+        return None
+
+
+def pin_versions(spark: SparkSession, text: str,
+                 versions: Mapping[str, int] | None = None) -> tuple[str, dict[str, int]]:
+    """``text`` (source SQL) with `` VERSION AS OF N`` after each Delta table it names, and those versions.
+
+    With ``versions`` (``{table_key: version}``, from the plan), exactly those tables are pinned at those
+    versions (no catalog or Delta log read); without, the tables that are Delta tables now are pinned at their
+    latest version. CTE names, temporary views and references that already carry ``VERSION AS OF`` /
+    ``TIMESTAMP AS OF`` are left as written. Returns ``(text, {table_key: version})`` of the tables pinned;
+    ``text`` unchanged (and ``{}``) when nothing is pinned, the text does not parse, or there is no JVM.
+    """
+    if versions is not None and not versions:
+        return text, {}
+    relations = _relations(spark, text)
+    if not relations:
+        return text, {}
+    if versions is None:
+        versions = {}
+        for key, parts, _, _ in relations:
+            if key not in versions and not _is_temp_view(spark, parts):
+                now = _current(spark, key)
+                if now is not None:
+                    versions[key] = now[0]
+    used: dict[str, int] = {}
+    # from the last reference to the first, so each insertion leaves the indices before it valid
+    for key, _, start, stop in sorted(relations, key=lambda r: -1 if r[2] is None else r[2], reverse=True):
+        if key in versions and start is not None and stop is not None:
+            text = f"{text[:stop + 1]} VERSION AS OF {int(versions[key])}{text[stop + 1:]}"
+            used[key] = int(versions[key])
+    return text, used
+
+
+def pinned_sql(spark: SparkSession, text: str, versions: Mapping[str, int] | None) -> str:
+    """``text`` with its tables pinned at ``versions`` (see :func:`pin_versions`); unchanged for ``None``."""
+    return text if versions is None else pin_versions(spark, text, versions)[0]
+
+
+def _rule_tables(request: BackfillRequest) -> list[str]:
+    return [r.source.table for r in request.reconciliation] + [r.source.table for r in request.metric_rules]
+
+
+def _parts_of(spark: SparkSession, name: str) -> list[str]:
+    jss = _jvm_session(spark)
+    if jss is not None:
+        try:
+            return [str(p) for p in _scala_list(jss.sessionState().sqlParser().parseMultipartIdentifier(name))]
+        except Exception:  # not a name Spark parses: read as written, Spark's error comes when it is read
+            pass
+    return name.split(".")
+
+
+def _key_of(spark: SparkSession, name: str) -> str:
+    return table_key(_parts_of(spark, name))
+
+
+def pin_sources(spark: SparkSession, request: BackfillRequest) -> tuple[SourceVersion, ...]:
+    """The current version of every Delta table ``request`` reads: those its source SQL names (see
+    :func:`pin_versions`) and its reconciliation and metric rules' source tables, in that order. Names of one
+    table (``flights`` and ``demo.flights``) get one version (matched by the table's location). Reads only
+    the catalog and the Delta logs."""
+    from backfill_lib.intake.sources import source_sql
+
+    names = [(key, parts) for key, parts, _, _ in _relations(spark, source_sql(request)) or []]
+    names += [(table_key(parts), parts) for parts in (_parts_of(spark, t) for t in _rule_tables(request))]
+    pinned: dict[str, SourceVersion] = {}
+    by_location: dict[str, int] = {}
+    for key, parts in names:
+        if key in pinned or (_jvm_session(spark) is not None and _is_temp_view(spark, parts)):
+            continue
+        now = _current(spark, key)
+        if now is None:
+            continue
+        version = by_location.setdefault(now[1], now[0])
+        pinned[key] = SourceVersion(key, version, now[1])
+    return tuple(pinned.values())
+
+
+def read_table(spark: SparkSession, plan: BackfillPlan, name: str) -> DataFrame:
+    """Table ``name`` as the run reads it: at its pinned version when the plan pinned it, else as it is."""
+    version = (plan.pinned_versions or {}).get(_key_of(spark, name))
+    return spark.table(name) if version is None else spark.read.option("versionAsOf", version).table(name)
+
+
+def pinned_version(spark: SparkSession, plan: BackfillPlan, name: str) -> int | None:
+    """The version the plan pinned table ``name`` at, or ``None``."""
+    return (plan.pinned_versions or {}).get(_key_of(spark, name))
+
+
+# --- at publish -------------------------------------------------------------------------------------------------
+
+
+def _file_name(path: str) -> str:
+    """A data file's name (its last path segment, URL-decoded): Delta's file names carry a UUID, so the name
+    alone tells a file of the log from a file a query reads (absolute URIs there, relative paths in the log)."""
+    return unquote(urlsplit(path).path.rsplit("/", 1)[-1])
+
+
+def _read_files(spark: SparkSession, plan: BackfillPlan, pinned: bool) -> set[str]:
+    """Names of the data files the run's reads of its range take: the source SQL and every rule's source table
+    over the plan's range (whole tables for a rebuild), at the pinned versions or (``pinned`` false) now."""
+    from backfill_lib.core.partitions import range_predicate
+    from backfill_lib.intake.sources import source_frame
+
+    request = plan.request
+    whole = request.range is None
+    frames = [source_frame(spark, request, *((None, None) if whole else (plan.range_start, plan.range_end)),
+                           versions=plan.pinned_versions if pinned else None)]
+    rules = [(r.source.table, r.source.partition_column) for r in request.reconciliation]
+    rules += [(r.source.table, r.source.partition_column) for r in request.metric_rules]
+    for table, column in rules:
+        df = read_table(spark, plan, table) if pinned else spark.table(table)
+        frames.append(df if whole else df.where(range_predicate(column, plan.range_start, plan.range_end)))
+    return {_file_name(f) for df in frames for f in df.inputFiles()}
+
+
+def _touching_commits(spark: SparkSession, source: SourceVersion, latest: int, before: set[str],
+                      now: set[str]) -> list[int] | None:
+    """Versions after ``source.version`` up to ``latest`` with a data-changing ``remove`` of a file in
+    ``before`` or ``add`` of a file in ``now``; ``None`` when those commits cannot all be read (cleaned up,
+    too many, Delta's internal API changed shape)."""
+    if latest - source.version > MAX_INSPECTED_COMMITS:
+        return None
+    try:
+        jvm = spark.sparkContext._jvm
+        log = _snapshot(spark, source.table).deltaLog()
+        changes = log.getChanges(source.version + 1, latest, jvm.scala.Option.empty(), False)
+        touched, seen = [], []
+        while changes.hasNext():
+            commit = changes.next()
+            version = int(commit._1())
+            if version > latest:
+                break
+            seen.append(version)
+            for action in _scala_list(commit._2()):
+                kind = action.getClass().getSimpleName()
+                if kind not in ("AddFile", "RemoveFile"):
+                    continue
+                body = next(iter(json.loads(action.json()).values()))
+                if not body.get("dataChange", True):
+                    continue
+                if _file_name(body["path"]) in (now if kind == "AddFile" else before):
+                    touched.append(version)
+                    break
+    except Exception:
+        return None
+    if seen != list(range(source.version + 1, latest + 1)):
+        return None
+    return touched
+
+
+def source_changes(spark: SparkSession, plan: BackfillPlan) -> list[Check]:
+    """One ``source_snapshot`` check per table the plan pinned: it passes when no commit after the pinned
+    version changed what the run read over its range (see the module docstring), fails naming the table, the
+    pinned and current versions and the commits that changed it. Reads only Delta logs and the files the
+    queries would read (no data); the files are listed only when a pinned table has a newer version."""
+    pins = plan.source_versions or ()
+    latest: dict[str, int | None] = {}
+    for s in pins:
+        now = _current(spark, s.table)
+        latest[s.table] = None if now is None else now[0]
+    advanced = [s for s in pins if latest[s.table] != s.version]
+    files: tuple[set[str], set[str]] | None = None
+    if advanced and _jvm_session(spark) is not None:
+        try:
+            files = (_read_files(spark, plan, True), _read_files(spark, plan, False))
+        except Exception:  # a source gone or no longer readable: every newer table counts as changed
+            files = None
+    checks = []
+    for s in pins:
+        cur = latest[s.table]
+        name, expected = s.table, f"version {s.version}"
+        if cur == s.version:
+            checks.append(Check("source_snapshot", name, True, observed=f"version {cur}", expected=expected,
+                                message=f"{name} still at version {s.version}, as staged and reconciled"))
+            continue
+        if cur is None:
+            detail = f"{name} is no longer a readable Delta table (pinned at version {s.version})"
+            checks.append(Check("source_snapshot", name, False, observed="unreadable", expected=expected, message=detail))
+            continue
+        touched = None if files is None else _touching_commits(spark, s, cur, *files)
+        if touched == []:
+            checks.append(Check("source_snapshot", name, True, observed=f"version {cur}", expected=expected,
+                                message=f"{name} has versions {s.version + 1}..{cur} after the pinned version "
+                                        f"{s.version}, none changing the files the run read"))
+            continue
+        which = (f"versions {', '.join(map(str, touched))} changed its data in the run's range" if touched
+                 else f"versions {s.version + 1}..{cur} were not inspected, so treated as changing the range")
+        checks.append(Check("source_snapshot", name, False, observed=f"version {cur}", expected=expected,
+                            message=f"source {name} changed after the run read it at version {s.version}: now at "
+                                    f"version {cur}; {which}"))
+    return checks
+
+
+def describe_pins(pins: Iterable[SourceVersion] | None) -> str:
+    """``demo.flights@12, demo.carriers@3`` (``none`` for a plan that pinned nothing, ``not pinned`` for a
+    plan from before pinning existed)."""
+    if pins is None:
+        return "not pinned"
+    return ", ".join(f"{s.table}@{s.version}" for s in pins) or "none"

@@ -1,0 +1,247 @@
+"""Publishing, shared by every strategy: the fence, commit metadata, finding the run's commit, RESTORE.
+
+Every commit the run makes carries ``userMetadata`` (JSON: run_id, request, owner, reason, strategy), so
+``DESCRIBE HISTORY`` shows which table versions came from which backfill.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+from backfill_lib.adapters.delta_log import (
+    add_files,
+    current_version,
+    latest_snapshot,
+    partition_stats,
+    user_metadata_since,
+)
+from backfill_lib.core.errors import FenceError, PublishError
+from backfill_lib.core.table_state import PartitionStats
+from backfill_lib.plan.model import BackfillPlan
+
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def commit_metadata(plan: BackfillPlan, action: str, **extra: str) -> str:
+    """The ``userMetadata`` JSON string stored in every commit the run makes: run_id (the parent run's for a
+    mart, whose own child run ID is ``mart_run_id``), request, owner, reason, strategy, action (``publish``,
+    ``restore``, ``rollback``), approved_by when given, and ``extra``."""
+    r = plan.request
+    meta = {"run_id": plan.commit_run_id, "request": r.name, "owner": r.owner, "reason": r.reason,
+            "strategy": r.strategy.value, "action": action, **extra}
+    if plan.parent_run_id:
+        meta["mart_run_id"] = plan.run_id
+    if plan.approved_by:
+        meta["approved_by"] = plan.approved_by
+    return json.dumps(meta, sort_keys=True)
+
+
+@contextmanager
+def user_metadata(spark: SparkSession, value: str):
+    """Set ``userMetadata`` for commits issued through SQL (RESTORE), restoring the previous value after."""
+    previous = spark.conf.get(USER_METADATA_CONF, None)
+    spark.conf.set(USER_METADATA_CONF, value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(USER_METADATA_CONF)
+        else:
+            spark.conf.set(USER_METADATA_CONF, previous)
+
+
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+#: The ``txnVersion`` of a run's publishing commit: Delta skips a write whose app ID already committed it.
+PUBLISH_TXN_VERSION = 1
+
+
+def txn_app_id(plan: BackfillPlan) -> str:
+    """The Delta idempotent-write application ID of the run's publishing commit."""
+    return f"delta-backfill:{plan.run_id}"
+
+
+@contextmanager
+def idempotent_commit(spark: SparkSession, plan: BackfillPlan):
+    """For SQL and MERGE commits: set ``userMetadata`` and Delta's idempotent-write ``txnAppId`` /
+    ``txnVersion`` session confs (delta-io/delta#1555), so the same run's publish can commit at most once.
+    DataFrame writes pass the same values as writer options instead (:func:`publish_options`)."""
+    confs = {USER_METADATA_CONF: commit_metadata(plan, "publish"), TXN_APP_ID_CONF: txn_app_id(plan),
+             TXN_VERSION_CONF: str(PUBLISH_TXN_VERSION)}
+    previous = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def publish_options(plan: BackfillPlan) -> dict[str, str]:
+    """Writer options of a DataFrame publishing commit: metadata and the idempotent-write guard."""
+    return {"userMetadata": commit_metadata(plan, "publish"), "txnAppId": txn_app_id(plan),
+            "txnVersion": str(PUBLISH_TXN_VERSION)}
+
+
+def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
+    """Refuse to publish when a commit changed the range's data files since the plan read the target.
+
+    Compares each planned partition's file-set fingerprint from the Delta log now with the plan's. Commits
+    that touched only other partitions pass. Returns the target's current version.
+
+    Raises
+    ------
+    FenceError
+        Naming the versions and the first changed partitions.
+    """
+    snapshot = latest_snapshot(spark, plan.target_table)  # the version and the files compared, from one snapshot
+    now_version = int(snapshot.version())
+    if now_version == plan.target_version:
+        return now_version
+    if plan.request.strategy.value == "rebuild":  # a rebuild replaces every partition: any commit is in range
+        raise FenceError(
+            f"table {plan.target_table} changed since the plan read version {plan.target_version} "
+            f"(now version {now_version}){_committed_by(spark, plan)}; a rebuild replaces the whole table, so "
+            "nothing was published"
+        )
+    from backfill_lib.plan.model import stats_by_key
+
+    request = plan.request
+    now = stats_by_key(partition_stats(spark, plan.target_table, plan.partition_column, snapshot),
+                       request.target.grain, request.time_zone)
+    empty = PartitionStats()
+    changed = [p.key for p in plan.partitions if now.get(p.key, empty).fingerprint != p.current.fingerprint]
+    if changed:
+        listed = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise FenceError(
+            f"table {plan.target_table} changed in range since the plan read version {plan.target_version} "
+            f"(now version {now_version}): partitions {listed}{_committed_by(spark, plan)}; nothing published"
+        )
+    return now_version
+
+
+def _committed_by(spark: SparkSession, plan: BackfillPlan) -> str:
+    """Who committed to the target since the plan read it, for the fence's refusal: the backfill runs, by the
+    run ID in their commits' ``userMetadata`` (the ledger's key), and how many commits came from other
+    writers."""
+    runs: dict[str, list[str]] = {}
+    others = 0
+    for version, meta in sorted(user_metadata_since(spark, plan.target_table, plan.target_version + 1)):
+        parsed = _parsed(meta)
+        run_id = parsed.get("run_id")
+        if run_id and run_id != plan.commit_run_id:
+            runs.setdefault(run_id, []).append(f"{parsed.get('action', 'publish')} version {version}")
+        else:
+            others += 1
+    named = [f"{', '.join(v)} by backfill run {r}" for r, v in runs.items()]
+    if others:
+        named.append(f"{others} commit{'s' if others > 1 else ''} by other writers")
+    return f"; committed since: {'; '.join(named)}" if named else ""
+
+
+def find_version(spark: SparkSession, table: str, run_id: str, action: str, after: int) -> int:
+    """The version of ``table`` newer than ``after`` whose ``userMetadata`` records ``run_id`` and ``action``.
+
+    Raises
+    ------
+    PublishError
+        When there is none.
+    """
+    version = committed_version(spark, table, run_id, action, after)
+    if version is None:
+        raise PublishError(f"table {table}: no commit of run {run_id} ({action}) found after version {after}")
+    return version
+
+
+def committed_version(spark: SparkSession, table: str, run_id: str, action: str, after: int) -> int | None:
+    """Like :func:`find_version`, but ``None`` when the run made no such commit (how a resumed run learns
+    whether its publish committed before the crash)."""
+    for version, meta in user_metadata_since(spark, table, after + 1):
+        if meta:
+            try:
+                parsed = json.loads(meta)
+            except json.JSONDecodeError:
+                continue
+            if parsed.get("run_id") == run_id and parsed.get("action") == action:
+                return version
+    return None
+
+
+def restore(spark: SparkSession, plan: BackfillPlan, table: str, version: int, action: str = "restore",
+            **extra: str) -> int:
+    """``RESTORE TABLE table TO VERSION AS OF version`` with the run's metadata (``action``, ``extra``); return
+    the new version.
+
+    Not idempotent by itself: a rollback first asks :func:`restore_state` whether this run already restored
+    ``table`` (a rollback killed after that RESTORE and run again), so each table gets one RESTORE."""
+    before = current_version(spark, table)
+    with user_metadata(spark, commit_metadata(plan, action, **extra)):
+        spark.sql(f"RESTORE TABLE {table} TO VERSION AS OF {int(version)}")
+    return find_version(spark, table, plan.commit_run_id, action, before)
+
+
+#: ``userMetadata`` actions of a run's RESTORE commits: ``rollback`` (``backfill rollback``), ``restore``
+#: (automatic, after a failed post-publish check, mart or monitor)
+RESTORE_ACTIONS = ("rollback", "restore")
+
+
+def _parsed(meta: str | None) -> dict:
+    try:
+        parsed = json.loads(meta) if meta else {}
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def restore_state(spark: SparkSession, table: str, run_id: str, published: int,
+                  restore_to: int) -> tuple[str, int | None, list[int]]:
+    """Where a rollback of run ``run_id`` stands on ``table``, which the run published as version ``published``
+    and which the rollback restores to version ``restore_to``: ``("restored", V, [])`` when the run's own RESTORE
+    commit (``userMetadata`` run_id ``run_id``, action ``rollback`` or ``restore``) is version ``V``;
+    ``("unchanged", None, [])`` when later commits already brought the table back to the data files (with their
+    deletion vectors) and schema of ``restore_to``; else ``("todo", None, later)`` with the versions committed
+    after ``published`` (oldest first), which a RESTORE would undo too."""
+    commits = user_metadata_since(spark, table, published + 1)
+    for version, meta in commits:  # newest first
+        parsed = _parsed(meta)
+        if parsed.get("run_id") == run_id and parsed.get("action") in RESTORE_ACTIONS:
+            return "restored", version, []
+    later = sorted(v for v, _ in commits)
+    # With nothing after the run's own commit the table holds what the run published: not the old content.
+    if later and holds_version(spark, table, restore_to):
+        return "unchanged", None, []
+    return "todo", None, later
+
+
+def holds_version(spark: SparkSession, table: str, version: int) -> bool:
+    """Whether ``table``'s latest snapshot has exactly the data files (paths and deletion vectors, from the
+    Delta log: no data read) and the schema of ``version``, as a RESTORE to ``version`` leaves it. ``False``
+    when that cannot be told (the version's log is gone, Delta's internal API changed shape)."""
+    from pyspark.sql import functions as F
+
+    now = latest_snapshot(spark, table)
+    if int(now.version()) == version:
+        return True
+    try:
+        log = now.deltaLog()
+        then = log.getSnapshotAt(version, getattr(log, "getSnapshotAt$default$2")(),
+                                 getattr(log, "getSnapshotAt$default$3")(), getattr(log, "getSnapshotAt$default$4")())
+        if then.metadata().schemaString() != now.metadata().schemaString():
+            return False
+
+        def files(snapshot):
+            df = add_files(spark, snapshot)
+            dv = F.to_json("deletionVector") if "deletionVector" in df.columns else F.lit(None).cast("string")
+            return df.select("path", dv.alias("dv"))
+
+        a, b = files(now), files(then)
+        return a.count() == b.count() and a.exceptAll(b).isEmpty()
+    except Exception:
+        return False

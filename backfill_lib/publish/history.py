@@ -1,0 +1,63 @@
+"""Lineage: which versions of a table came from backfills, from Delta's history joined with the ledger."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from backfill_lib.run.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class BackfillVersion:
+    """One version of a table written by a backfill: ``action`` is ``publish``, ``restore`` (automatic, after a
+    failed check) or ``rollback`` (``backfill rollback``); ``timestamp`` is the commit time (UTC); ``status`` is
+    the run's latest status in the ledger (``None`` when the ledger does not know the run)."""
+
+    version: int
+    timestamp: str
+    operation: str
+    action: str
+    run_id: str
+    owner: str | None
+    reason: str | None
+    strategy: str | None
+    approved_by: str | None
+    status: str | None
+    detail: str | None
+
+
+def backfill_versions(spark: SparkSession, ledger: Ledger, table: str) -> list[BackfillVersion]:
+    """Versions of ``table`` whose ``userMetadata`` names a backfill run (``DESCRIBE HISTORY``), newest first.
+
+    Raises
+    ------
+    pyspark.errors.AnalysisException
+        When ``table`` does not exist or is not a Delta table (the CLI turns it into an error naming it).
+    """
+    from delta.tables import DeltaTable
+
+    history = (DeltaTable.forName(spark, table).history()
+               .select("version", F.date_format("timestamp", "yyyy-MM-dd HH:mm:ssXXX").alias("ts"),
+                       "operation", "userMetadata")
+               .where(F.col("userMetadata").isNotNull()).orderBy(F.col("version").desc()).collect())
+    ledger.ensure()
+    status = {r["run_id"]: r["status"] for r in ledger.runs().select("run_id", "status").collect()}
+    out = []
+    for row in history:
+        try:
+            meta = json.loads(row["userMetadata"])
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(meta, dict) or "run_id" not in meta:
+            continue
+        detail = ", ".join(f"{k} {meta[k]}" for k in ("mart_run_id", "rolled_back_by", "rollback_reason") if meta.get(k)) or None
+        out.append(BackfillVersion(
+            int(row["version"]), row["ts"], row["operation"], meta.get("action", ""), meta["run_id"],
+            meta.get("owner"), meta.get("reason"), meta.get("strategy"), meta.get("approved_by"),
+            status.get(meta["run_id"]), detail,
+        ))
+    return out

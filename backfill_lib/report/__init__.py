@@ -1,0 +1,1 @@
+"""The report: rendering (pure) and the run report built from the ledger."""

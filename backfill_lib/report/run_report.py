@@ -1,0 +1,181 @@
+"""Assemble a run's report from its outcome (what the run holds in memory, or the same read back from the ledger)
+and its tables, and write it into the run's folder.
+
+The report (``<home>/runs/<run_id>/report.html`` and ``report.md``) is written at the end of every run that
+reached validation (from memory; from the ledger after a gate failure or a resumed publish), and again by
+``backfill report RUN_ID`` (from the ledger); both give the same files. Its chart shows ``request.report_metric`` (a SQL
+aggregate, default ``count(*)``) per partition: before is the target at the version the plan read (time
+travel), after is the staged rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timezone
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from backfill_lib.adapters.session import session_time_zone
+from backfill_lib.core.checks import Check
+from backfill_lib.core.settings import Settings
+from backfill_lib.plan.model import plan_from_summary
+from backfill_lib.report.render import MetricPoint, PartitionRow, ReportData, write_report
+from backfill_lib.run.ledger import Ledger
+from backfill_lib.run.staging import staged_rows as read_staged_rows
+from backfill_lib.validate.reconcile import metric_per_partition
+
+
+def _pins(pins: list[dict] | None) -> str:
+    if pins is None:
+        return "not pinned"
+    return ", ".join(f"{p['table']} version {p['version']}" for p in pins) or "none (no Delta table named)"
+
+
+def _is_row_count(metric: str) -> bool:
+    return "".join(metric.split()).lower() in ("count(*)", "count(1)")
+
+
+def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
+                  staged_rows: dict[str, int | None] | None = None) -> tuple[MetricPoint, ...]:
+    """``metric`` per partition on the target as the plan saw it and on the run's staging table.
+
+    A row count (``count(*)``) is not recomputed when both sides are known: before from the plan's Delta-log
+    rows, after from ``staged_rows`` (the ledger's staged rows per partition, counted in the staging
+    table when each batch was written). Otherwise both tables are scanned.
+    """
+    planned = plan_from_summary(plan)
+    before_rows = plan.get("current_rows") or {}
+    keys = [p.key for p in planned.partitions]
+    if (_is_row_count(metric) and keys and staged_rows is not None
+            and all(before_rows.get(k) is not None and staged_rows.get(k) is not None for k in keys)):
+        return tuple(MetricPoint(k, before_rows[k], staged_rows[k]) for k in sorted(keys))
+    # in the run's zone, as the run computed everything else (``report_metric`` may use one, e.g. hour(ts))
+    with session_time_zone(spark, planned.session_time_zone, f"run {run['run_id']}"):
+        before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])
+        after_df = (read_staged_rows(spark, run["staging_table"]) if spark.catalog.tableExists(run["staging_table"])
+                    else None)
+        if plan["request"].get("range") and keys:
+            pred = planned.predicate()
+            before_df = before_df.where(pred)
+            after_df = after_df.where(pred) if after_df is not None else None
+        before = metric_per_partition(before_df, planned.partition_keys, metric)
+        after = metric_per_partition(after_df, planned.partition_keys, metric) if after_df is not None else {}
+    return tuple(MetricPoint(k, before.get(k), after.get(k)) for k in sorted(set(keys) | set(before) | set(after)))
+
+
+def zone_line(plan: dict) -> str:
+    """The Spark session time zone a run (its stored plan summary) ran its SQL in, and that of its hour-partition
+    writes; a plan stored before the zone was recorded ran in the settings' zone."""
+    zone, written = plan.get("session_time_zone"), plan.get("write_time_zone")
+    if not zone:
+        return "Spark session time zone not recorded (the settings' time_zone)"
+    line = f"Spark session time zone {zone} (the request's time_zone)"
+    return line + (f"; hour partitions written in {written}" if written and written != zone else "")
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a run holds in memory when it writes its report, in the shapes the ledger returns them:
+    ``run`` (its latest run record, ``plan_json`` included), ``rows`` (staged rows by partition key),
+    ``checks`` (its latest validation's checks and the checks after it, in the order recorded) and
+    ``diffs`` (by partition key: ``inserted``, ``deleted``, ``updated``, ``unchanged`` rows)."""
+
+    run: dict
+    rows: dict[str, int | None]
+    checks: tuple[Check, ...]
+    diffs: dict[str, dict]
+
+
+def diff_rows(diffs) -> dict[str, dict]:
+    """:class:`backfill_lib.validate.diff.PartitionDiff` objects as the ledger's diff rows, by partition key."""
+    return {d.partition: {"inserted": d.inserted, "deleted": d.deleted, "updated": d.updated,
+                          "unchanged": d.unchanged} for d in diffs}
+
+
+def ledger_outcome(ledger: Ledger, run_id: str) -> RunOutcome:
+    """A run's :class:`RunOutcome` read back from the ledger (``backfill report``, or a resumed run)."""
+    return RunOutcome(ledger.run(run_id), ledger.partition_rows(run_id), ledger.recorded_checks(run_id),
+                      {d["partition"]: d for d in ledger.diffs(run_id)})
+
+
+def _change_feed_lines(run: dict, plan: dict, outcome: RunOutcome) -> tuple[str, ...]:
+    """The line on the target's Change Data Feed (none for a plan stored before the ledger kept the flag)."""
+    from backfill_lib.strategies import strategy_for
+
+    if "target_change_data_feed" not in plan:
+        return ()
+    planned = plan_from_summary(plan)
+    if planned.target_change_data_feed and run.get("status") == "unchanged":
+        return ("change data feed: on; nothing was published, so no change rows",)
+    strategy = strategy_for(planned.strategy, planned.request.publish_mode)
+    return ("change data feed: " + strategy.change_feed(planned, outcome.rows, outcome.diffs),)
+
+
+def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | None = None) -> ReportData:
+    """Everything the report shows, from a run's outcome (see :func:`ledger_outcome`) and, for a metric other
+    than a known row count, the tables."""
+    run = outcome.run
+    plan = json.loads(run["plan_json"])
+    request = plan["request"]
+    metric = request.get("report_metric") or "count(*)"
+    partitions, diffs, checks = outcome.rows, outcome.diffs, outcome.checks
+    failed = {c.partition for c in checks if not c.success}
+    before_rows = plan.get("current_rows", {})
+    rows = []
+    for key in sorted(set(partitions) | set(diffs) | set(before_rows)):
+        d = diffs.get(key, {})
+        rows.append(
+            PartitionRow(
+                key,
+                before_rows.get(key),
+                partitions.get(key),
+                d.get("inserted"), d.get("deleted"), d.get("updated"), d.get("unchanged"),
+                "failed" if key in failed else "passed",
+            )
+        )
+    total = plan["current"]
+    lines = (
+        f"range {plan['range_start']} .. {plan['range_end_exclusive']} (end exclusive), {plan['partitions']} partitions "
+        f"in {len(plan['batches'])} batches",
+        f"target data in range before: {total['files']} files, {total['bytes']} bytes, {total['rows']} rows (Delta log)",
+        f"staging table {run['staging_table']}",
+        zone_line(plan),
+        f"sources read at (Delta version, pinned for the whole run): {_pins(plan.get('source_versions'))}",
+    ) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
+    return ReportData(
+        run_id=run["run_id"],
+        request_name=run["request_name"],
+        owner=run["owner"],
+        reason=run["reason"],
+        strategy=run["strategy"],
+        target_table=run["target_table"],
+        target_version_seen=run["target_version_seen"],
+        status=run["status"],
+        published_version=run.get("published_version"),
+        # pyspark returns timestamps as naive datetimes in this process's local time
+        rollback_until=(f"{run['rollback_until'].astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC (from the table's "
+                        "retention settings)"
+                        if run.get("rollback_until") else None),
+        plan_lines=lines,
+        partitions=tuple(rows),
+        checks=checks,
+        metric_name=metric,
+        metric=metric_points(spark, run, plan, metric, partitions),
+        data_docs=docs,
+    )
+
+
+def report_dir(settings: Settings, run_id: str) -> Path:
+    return settings.runs_dir / run_id
+
+
+def write_run_report(spark: SparkSession, settings: Settings, run_id: str,
+                     outcome: RunOutcome | None = None) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` for ``run_id`` from ``outcome``, or from the ledger when it is
+    ``None``; return their paths."""
+    outcome = outcome or ledger_outcome(Ledger(spark, settings.ledger_schema), run_id)
+    folder = report_dir(settings, run_id)
+    docs = Path("data_docs/index.html") if (folder / "data_docs" / "index.html").exists() else None
+    return write_report(folder, build_report_data(spark, outcome, docs))

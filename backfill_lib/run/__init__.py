@@ -1,0 +1,1 @@
+"""Run: the staging table, the batch stager and the ledger that records every step."""

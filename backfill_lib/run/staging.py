@@ -1,0 +1,173 @@
+"""Staging tables: where a run writes the rows of each partition batch before anything is published.
+
+One staging Delta table per run and target: the target's columns plus ``_backfill_batch`` (INT, the plan's batch
+index), partitioned by ``_backfill_batch`` rather than by the target's partition column. A batch is written with
+``replaceWhere`` on its batch partition *and* its target partitions, so a retried or resumed batch replaces its
+rows and never appends (Delta's replaceWhere check refuses any row outside that condition).
+
+Why by batch: a batch then writes one or a few files instead of one file per target partition (365 tiny files
+for a year of days), and every audit of the staged rows (GX, reconciliation, diff, checksum) opens those few
+files. Concurrent batches still never conflict, because each one's ``replaceWhere`` reads only its own batch
+partition (Delta checks conflicts by partition values). Publishing writes the target's partitioning once.
+Read staged rows with :func:`staged_rows`, which drops the batch column.
+
+A run's first batch write creates the table, in the same commit as its rows (:class:`StagingTable`): creating it
+empty first would cost a commit, and the first replaceWhere on the new table a load of its snapshot. A source row
+outside the batch's partitions is found by the count that precedes every write, so it fails the batch before
+anything is written, whichever write it would have been.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.storagelevel import StorageLevel
+
+from backfill_lib.adapters.delta_log import live_metadata
+from backfill_lib.core.errors import SchemaMismatchError, StrayRowsError
+from backfill_lib.core.partitions import quote_ident
+from backfill_lib.core.table_state import Column, column_mapping_mode
+from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.plan.model import BackfillPlan, Batch
+
+#: The staging table's partition column: the plan's batch index (INT). Not a column of the target.
+BATCH_COLUMN = "_backfill_batch"
+
+
+class StagingTable:
+    """Writes batches into the run's staging table (``exists``: whether it exists yet).
+
+    While it does not exist, the first batch to write creates it from its rows (``CREATE TABLE ... AS SELECT``,
+    partitioned by ``_backfill_batch``) while the others wait for it; every later write replaces its batch
+    (``replaceWhere`` on the batch and its partitions). Safe for concurrent batches.
+    """
+
+    def __init__(self, plan: BackfillPlan, exists: bool, properties: dict[str, str] | None = None):
+        self.name = plan.staging_table
+        self._exists = exists
+        self._lock = threading.Lock()
+        #: table properties the table is created with (:func:`staging_properties`)
+        self.properties = {"delta.appendOnly": "false", **(properties or {})}
+
+    def write(self, rows: DataFrame, condition: str) -> None:
+        """Write ``rows`` (with ``_backfill_batch``), replacing the staged rows that meet ``condition``."""
+        if not self._exists:
+            with self._lock:
+                if not self._exists:
+                    # A new table has no rows to replace; Spark creates it with every column nullable.
+                    writer = rows.writeTo(self.name).using("delta").partitionedBy(F.col(BATCH_COLUMN))
+                    for key, value in self.properties.items():
+                        writer = writer.tableProperty(key, value)
+                    writer.create()
+                    self._exists = True
+                    return
+        # writeTo(...).overwrite(condition) is Delta's replaceWhere, without saveAsTable's catalog rewrite.
+        rows.writeTo(self.name).overwrite(F.expr(condition))
+
+
+def open_staging_table(spark: SparkSession, plan: BackfillPlan) -> StagingTable:
+    """The run's staging table, to be created by its first write when it does not exist yet (its schema is then
+    created too).
+
+    Raises
+    ------
+    SchemaMismatchError
+        When the staging table exists without ``_backfill_batch`` (staged by an earlier delta-backfill,
+        partitioned like the target); nothing is created or written. A column of that name in the target or the
+        source is refused earlier, by :func:`check_reserved_column` at intake.
+    """
+    exists = spark.catalog.tableExists(plan.staging_table)
+    if exists and BATCH_COLUMN not in spark.table(plan.staging_table).columns:
+        raise SchemaMismatchError(
+            f"staging table {plan.staging_table} has no {BATCH_COLUMN} column (staged by an earlier delta-backfill): "
+            f"run {plan.run_id} cannot continue in it; start a new run of the request"
+        )
+    if exists:
+        return StagingTable(plan, exists)
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {plan.staging_table.rsplit('.', 1)[0]}")
+    return StagingTable(plan, exists, staging_properties(spark, plan.target_table))
+
+
+#: What a staging table of a column-mapped target is created with: name mapping and the protocol it needs
+#: (Delta protocol, "Column Mapping": reader version 2, writer version 5).
+COLUMN_MAPPING_PROPERTIES = {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2",
+                             "delta.minWriterVersion": "5"}
+
+
+def staging_properties(spark: SparkSession, target_table: str) -> dict[str, str]:
+    """The table properties a staging table of ``target_table`` inherits: column mapping by name when the target
+    maps columns (by name or id), since its column names may then hold characters Delta refuses in unmapped
+    tables (a space, ``,;{}()=``); nothing otherwise. Read from the target's latest snapshot (no Spark job)."""
+    properties, _ = live_metadata(spark, target_table)
+    return dict(COLUMN_MAPPING_PROPERTIES) if column_mapping_mode(properties) != "none" else {}
+
+
+def check_reserved_column(target_table: str, target: tuple[Column, ...], source_sql: str,
+                          source: tuple[Column, ...]) -> None:
+    """Refuse a target or source column named ``_backfill_batch`` (the staging table's partition column).
+
+    Raises
+    ------
+    SchemaMismatchError
+        Naming the target table, or the source SQL, that has the column.
+    """
+    for where, columns, fix in ((target_table, target, "the target"), (source_sql, source, "the source SQL")):
+        if any(c.name.lower() == BATCH_COLUMN for c in columns):
+            raise SchemaMismatchError(
+                f"{where}: column {BATCH_COLUMN} is reserved for the staging table's batch partition; "
+                f"rename it in {fix}"
+            )
+
+
+def staged_rows(spark: SparkSession, staging_table: str) -> DataFrame:
+    """The rows staged in ``staging_table``, with the target's columns only (``_backfill_batch`` dropped)."""
+    return spark.table(staging_table).drop(BATCH_COLUMN)
+
+
+def aligned(df: DataFrame, casts: tuple[ColumnCast, ...]) -> DataFrame:
+    """``df`` with the target's columns in the target's order, widened columns cast explicitly."""
+    cols = [F.col(quote_ident(c.name)) for c in casts]  # quoted: a name may hold a dot (not a struct field)
+    return df.select([col.cast(c.type).alias(c.name) if c.cast else col for col, c in zip(cols, casts)])
+
+
+def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: StagingTable,
+                before_write: Callable[[], None] = lambda: None) -> dict[str, int]:
+    """Write ``df`` into the staging table as batch ``batch.index``, replacing that batch's earlier rows; return
+    rows per partition key.
+
+    ``df`` is persisted (memory, spilling to disk) and counted per partition first (the source runs once, in that
+    count), then ``before_write`` is called and the very rows counted are written: the count finds stray rows
+    before anything is written and needs no read of the staging table afterwards. A planned partition the source
+    left empty counts 0 rows.
+
+    Raises
+    ------
+    StrayRowsError
+        When ``df`` holds rows outside the batch's partitions; the message names the first offending partitions
+        and their row counts. Nothing is written.
+    """
+    predicate = plan.batch_predicate(batch)
+    keys = plan.partition_keys
+    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        inside = F.coalesce(F.expr(predicate), F.lit(False)).alias("inside")
+        counted = df.groupBy(keys.expr().alias("p"), inside).count().collect()
+        stray = sorted(((r["p"] is not None, r["p"] or ""), int(r["count"])) for r in counted if not r["inside"])
+        if stray:
+            listed = ", ".join(f"{keys.key(p) if known else 'NULL'} ({n} row{'' if n == 1 else 's'})"
+                               for (known, p), n in stray[:5])
+            more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
+            raise StrayRowsError(
+                f"source {plan.request.source.sql} produced rows outside batch {batch.index} "
+                f"[{batch.keys[0]} .. {batch.keys[-1]}] of {plan.target_table}: partition {listed}{more}; nothing written"
+            )
+        before_write()
+        staging.write(df.withColumn(BATCH_COLUMN, F.lit(batch.index).cast("int")),
+                      f"{BATCH_COLUMN} = {batch.index} AND ({predicate})")
+    finally:
+        df.unpersist()
+    rows = keys.rekey({r["p"]: int(r["count"]) for r in counted if r["inside"]})
+    return {key: rows.get(key, 0) for key in batch.keys}

@@ -1,0 +1,1 @@
+"""Validate: GX suites, metrics and reconciliation, the diff by key, gates, and the Validate stage."""

@@ -1,0 +1,85 @@
+"""The target's CHECK and NOT NULL constraints, evaluated on the staged rows during validation.
+
+Delta enforces them on every row a commit writes, so a staged row that violates one would fail publishing (for a
+recompute, as ``DELTA_REPLACE_WHERE_MISMATCH`` naming the date range). Evaluated here, a violation is a failed
+check named by its constraint (``constraint c: CHECK (v >= 0)``, ``constraint NOT NULL v``) with the violating
+row count and partitions: the gate fails (exit 3) and nothing is published.
+
+Delta's rule, matched exactly: a row violates ``CHECK (e)`` when ``e`` is false *or NULL*, and ``NOT NULL c``
+when ``c`` is NULL. All constraints are counted in one aggregation over the staged rows validation persisted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from backfill_lib.core.checks import Check
+from backfill_lib.core.partition_keys import PartitionKeys
+from backfill_lib.core.partitions import quote_ident
+from backfill_lib.core.table_state import Constraint
+from backfill_lib.intake.request import Strategy
+
+#: How many partitions a failed constraint check names.
+LISTED_PARTITIONS = 5
+
+
+def applicable(constraints: Sequence[Constraint], strategy: Strategy, keys: Sequence[str]) -> tuple[Constraint, ...]:
+    """The constraints the published rows must meet. Recompute and patch write into the target, which enforces
+    them all. A rebuild re-creates the table with the target's properties (so its CHECK constraints) but the
+    staged schema's nullability, so of the NOT NULL columns only the keys' hold: keys are never NULL where the
+    target declared them NOT NULL. Pure."""
+    if strategy is not Strategy.REBUILD:
+        return tuple(constraints)
+    return tuple(c for c in constraints if c.column is None or c.column in keys)
+
+
+def _violation(constraint: Constraint) -> Column:
+    if constraint.column is not None:
+        return F.col(quote_ident(constraint.column)).isNull()
+    return ~F.coalesce(F.expr(f"({constraint.expression})").cast("boolean"), F.lit(False))
+
+
+def constraint_checks(staged: DataFrame, constraints: Sequence[Constraint], keys: PartitionKeys,
+                      where: str) -> list[Check]:
+    """One ``constraint`` check per constraint of ``constraints`` on ``staged`` (the staged rows of ``where``):
+    passed when no row violates it; failed, it gives the violating rows and up to :data:`LISTED_PARTITIONS`
+    partitions (plan keys) with their counts. A NOT NULL column ``staged`` lacks (a rebuild dropped it) is left
+    out; a CHECK that does not analyse against ``staged`` fails, naming Spark's error.
+
+    All constraints are counted in one ``groupBy(partition)`` (one Spark job), ``count_if`` per constraint."""
+    checks: list[Check] = []
+    counted: list[tuple[Constraint, Column]] = []
+    for c in constraints:
+        if c.column is not None and c.column not in staged.columns:
+            continue
+        violation = _violation(c)
+        try:
+            staged.select(violation).schema  # analysis only: an expression the staged rows cannot evaluate
+        except PySparkException as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            checks.append(Check("constraint", c.label, False, None, None, "not evaluable", "0 rows",
+                                f"{where}: the constraint does not evaluate on the staged rows: {first}"))
+            continue
+        counted.append((c, violation))
+    if not counted:
+        return checks
+    aggs = [F.count_if(v).alias(f"c{i}") for i, (_, v) in enumerate(counted)]
+    rows = staged.groupBy(keys.expr().alias("p")).agg(*aggs).collect()
+    for i, (c, _) in enumerate(counted):
+        bad = sorted(((keys.key(r["p"]) or "NULL", int(r[f"c{i}"])) for r in rows if r[f"c{i}"]),
+                     key=lambda kv: kv[0])
+        total = sum(n for _, n in bad)
+        if not total:
+            checks.append(Check("constraint", c.label, True, None, None, "0 rows", "0 rows"))
+            continue
+        listed = ", ".join(f"{p} ({n} row{'' if n == 1 else 's'})" for p, n in bad[:LISTED_PARTITIONS])
+        more = f" and {len(bad) - LISTED_PARTITIONS} more partitions" if len(bad) > LISTED_PARTITIONS else ""
+        unit, verb, them = ("row", "violates", "it") if total == 1 else ("rows", "violate", "them")
+        checks.append(Check("constraint", c.label, False, None, None, f"{total} {unit}", "0 rows",
+                            f"{total} staged {unit} of {where} {verb} it (Delta would refuse {them} at publish), "
+                            f"in partition {listed}{more}"))
+    return checks

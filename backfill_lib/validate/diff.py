@@ -1,0 +1,220 @@
+"""The before/after diff by key: staged rows against the target's current rows, and the gate on it.
+
+:func:`diff_by_key` joins the two sides on their keys (NULL-safe: a NULL key part matches a NULL key part) and
+counts, per partition, the keys inserted, deleted, updated and unchanged, which value columns changed and, for
+numeric columns, by how much. :func:`evaluate` turns the diff into one :class:`~backfill_lib.core.checks.Check` per
+partition and threshold of a :class:`DiffGate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from functools import reduce
+from typing import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType
+
+from backfill_lib.core.checks import Check
+from backfill_lib.core.errors import BackfillError, IntakeError
+from backfill_lib.core.partition_keys import PartitionKeys, keys_of
+from backfill_lib.core.partitions import quote_ident
+from backfill_lib.intake.rules import DiffGate
+
+
+@dataclass(frozen=True)
+class PartitionDiff:
+    """The diff of one partition; every count is in rows (keys, as keys are unique on each side).
+
+    ``changed_columns`` maps every value column to the number of updated rows in which it changed;
+    ``abs_change`` maps every numeric value column to the sum over those rows of ``|staged - current|``
+    (integer and decimal columns exactly; float and double columns through float arithmetic). A change to or
+    from NULL counts in ``changed_columns`` but adds nothing to ``abs_change``. ``updated_outside`` counts
+    updated rows in which a column other than ``corrected_columns`` changed.
+    """
+
+    partition: str
+    inserted: int
+    deleted: int
+    updated: int
+    unchanged: int
+    changed_columns: dict[str, int] = field(default_factory=dict)
+    abs_change: dict[str, Decimal] = field(default_factory=dict)
+    corrected_columns: tuple[str, ...] = ()
+    updated_outside: int = 0
+
+    @property
+    def rows_before(self) -> int:
+        return self.deleted + self.updated + self.unchanged
+
+    @property
+    def rows_after(self) -> int:
+        return self.inserted + self.updated + self.unchanged
+
+
+def _numeric_change(kinds: tuple[DataType, DataType], staged: Column, current: Column) -> Column | None:
+    """``|staged - current|``, with integers widened to decimal(38,0) first so the subtraction cannot overflow."""
+    if all(isinstance(k, IntegralType) for k in kinds):
+        return F.abs(staged.cast("decimal(38,0)") - current.cast("decimal(38,0)"))
+    if all(isinstance(k, (IntegralType, DecimalType, FloatType, DoubleType)) for k in kinds):
+        return F.abs(staged - current)
+    return None
+
+
+def diff_by_key(
+    staged: DataFrame,
+    current: DataFrame,
+    keys: Sequence[str],
+    partition_column: str | PartitionKeys,
+    value_columns: Sequence[str] | None = None,
+    *,
+    corrected_columns: Sequence[str] = (),
+) -> dict[str, PartitionDiff]:
+    """Diff ``staged`` against ``current`` by ``keys``, per partition, in one aggregation after one join.
+
+    Parameters
+    ----------
+    staged, current : DataFrame
+        The rows after and before the backfill, restricted to the same partitions. ``keys`` must be unique
+        on each side (duplicates would be counted once per matching pair).
+    keys : sequence of str
+        Key columns, compared NULL-safely. The partition column is always added to the join, so a key that
+        moves partitions counts as deleted from one and inserted into the other.
+    partition_column : str or PartitionKeys
+        The partition column, or its :class:`PartitionKeys`; results are keyed as the plan keys partitions (a
+        bare name is a ``DATE`` column keyed ``YYYY-MM-DD``).
+    value_columns : sequence of str, optional
+        Columns compared on matched keys (NULL-safely, so NULL = NULL is unchanged). Default: every column
+        of ``current`` that is neither a key nor the partition column.
+    corrected_columns : sequence of str
+        The columns the backfill is meant to change; see :attr:`PartitionDiff.updated_outside`.
+
+    Returns
+    -------
+    dict of str to PartitionDiff
+        One entry per partition that has rows on either side.
+
+    Raises
+    ------
+    IntakeError
+        A key, partition or value column is missing on one side (the message names the column and side).
+    """
+    keying = keys_of(partition_column)
+    partition_column = keying.column
+    keys = list(dict.fromkeys([*keys, partition_column]))
+    if value_columns is None:
+        value_columns = [c for c in current.columns if c not in keys]
+    for side, df in (("staged", staged), ("current", current)):
+        for column in [*keys, *value_columns, *corrected_columns]:
+            if column not in df.columns:
+                raise IntakeError(f"diff: column '{column}' does not exist in the {side} rows")
+    types = {c: (staged.schema[c].dataType, current.schema[c].dataType) for c in value_columns}
+    # Positional aliases keep the two sides apart whatever the user's column names are.
+    cols = [*keys, *value_columns]
+    s = staged.select(F.lit(True).alias("s_in"), *[F.col(quote_ident(c)).alias(f"s{i}") for i, c in enumerate(cols)])
+    t = current.select(F.lit(True).alias("t_in"), *[F.col(quote_ident(c)).alias(f"t{i}") for i, c in enumerate(cols)])
+    on = reduce(lambda a, b: a & b, [F.col(f"s{i}").eqNullSafe(F.col(f"t{i}")) for i in range(len(keys))])
+    joined = s.join(t, on, "full_outer")
+
+    p = keys.index(partition_column)
+    both = F.col("s_in").isNotNull() & F.col("t_in").isNotNull()
+    changed = {
+        c: both & ~F.col(f"s{i}").eqNullSafe(F.col(f"t{i}")) for i, c in enumerate(value_columns, start=len(keys))
+    }
+    any_changed = reduce(lambda a, b: a | b, changed.values(), F.lit(False))
+    outside = reduce(lambda a, b: a | b, [v for c, v in changed.items() if c not in corrected_columns], F.lit(False))
+    aggs = [
+        F.count_if(F.col("t_in").isNull()).alias("inserted"),
+        F.count_if(F.col("s_in").isNull()).alias("deleted"),
+        F.count_if(any_changed).alias("updated"),
+        F.count_if(both & ~any_changed).alias("unchanged"),
+        F.count_if(outside).alias("updated_outside"),
+    ]
+    numeric = {}
+    for i, c in enumerate(value_columns, start=len(keys)):
+        aggs.append(F.count_if(changed[c]).alias(f"n{i}"))
+        change = _numeric_change(types[c], F.col(f"s{i}"), F.col(f"t{i}"))
+        if change is not None:
+            numeric[c] = f"a{i}"
+            aggs.append(F.sum(F.when(changed[c], change)).alias(f"a{i}"))
+    part = keying.of(f"s{p}").expr()
+    part = F.coalesce(part, keying.of(f"t{p}").expr()).alias("partition")
+    out = {}
+    for r in joined.groupBy(part).agg(*aggs).collect():
+        key = keying.key(r["partition"])
+        out[key] = PartitionDiff(
+            key,
+            r["inserted"],
+            r["deleted"],
+            r["updated"],
+            r["unchanged"],
+            {c: r[f"n{i}"] for i, c in enumerate(value_columns, start=len(keys))},
+            {c: _decimal(r[a]) for c, a in numeric.items()},
+            tuple(corrected_columns),
+            r["updated_outside"],
+        )
+    return out
+
+
+def _decimal(value) -> Decimal:
+    # No changed row gives a NULL sum: zero change. Floats go through repr, their shortest exact form.
+    if value is None:
+        return Decimal(0)
+    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+
+
+def _percent(x: Fraction) -> str:
+    return f"{float(x) * 100:.2f}%"
+
+
+def _ratio(x: Fraction) -> str:
+    return format(float(x), ".6g")
+
+
+def evaluate(diffs: dict[str, PartitionDiff], gate: DiffGate, batch: int | None = None) -> list[Check]:
+    """One ``kind="diff"`` check per partition of ``diffs`` (in key order) and threshold set in ``gate``.
+
+    Fractions are exact (``updated <= fraction * rows_before`` as rationals); a partition with no rows before
+    has fraction 0. Check names are ``diff.max_deleted``, ``diff.max_inserted``, ``diff.max_updated_fraction``
+    and ``diff.max_updated_fraction_outside``; ``observed`` is the count or fraction, ``expected`` the limit.
+
+    Raises
+    ------
+    BackfillError
+        When the gate limits updates outside corrected columns but a diff was computed with other
+        ``corrected_columns`` than ``gate.allowed_changed_columns`` (its ``updated_outside`` would be wrong).
+    """
+    checks = []
+    for key in sorted(diffs):
+        d = diffs[key]
+
+        def add(name: str, ok: bool, observed: str, limit: str, message: str) -> None:
+            checks.append(Check("diff", f"diff.{name}", ok, key, batch, observed, limit, None if ok else f"{key}: {message}"))
+
+        if gate.max_deleted is not None:
+            add("max_deleted", d.deleted <= gate.max_deleted, str(d.deleted), str(gate.max_deleted),
+                f"{d.deleted} deleted keys, at most {gate.max_deleted} allowed")
+        if gate.max_inserted is not None:
+            add("max_inserted", d.inserted <= gate.max_inserted, str(d.inserted), str(gate.max_inserted),
+                f"{d.inserted} inserted keys, at most {gate.max_inserted} allowed")
+        fraction = Fraction(d.updated, d.rows_before or 1)
+        if gate.max_updated_fraction is not None:
+            limit = Fraction(str(gate.max_updated_fraction))
+            add("max_updated_fraction", fraction <= limit, _ratio(fraction), str(gate.max_updated_fraction),
+                f"{d.updated} of {d.rows_before} rows updated ({_percent(fraction)}), at most {_percent(limit)} allowed")
+        if gate.max_updated_fraction_outside is not None:
+            if set(d.corrected_columns) != set(gate.allowed_changed_columns):
+                raise BackfillError(
+                    f"diff of partition {key} was computed with corrected columns {list(d.corrected_columns)}, "
+                    f"the gate allows {list(gate.allowed_changed_columns)}"
+                )
+            outside = Fraction(d.updated_outside, d.rows_before or 1)
+            limit = Fraction(str(gate.max_updated_fraction_outside))
+            columns = ", ".join(c for c, n in d.changed_columns.items() if n and c not in gate.allowed_changed_columns)
+            add("max_updated_fraction_outside", outside <= limit, _ratio(outside), str(gate.max_updated_fraction_outside),
+                f"{d.updated_outside} of {d.rows_before} rows updated outside the corrected columns "
+                f"({_percent(outside)}, in {columns}), at most {_percent(limit)} allowed")
+    return checks
