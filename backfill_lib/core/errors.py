@@ -24,6 +24,13 @@ def first_line(exc: BaseException) -> str:
     return one_line(str(exc), None) or type(exc).__name__
 
 
+def failure_message(exc: BaseException, limit: int = MESSAGE_LIMIT) -> str:
+    """The one-line message recorded for a failed run: a :class:`BackfillError`'s first line, any other error's
+    type and first line (``unexpected Py4JJavaError: ...``), at most ``limit`` characters."""
+    text = str(exc) if isinstance(exc, BackfillError) else f"unexpected {type(exc).__name__}: {first_line(exc)}"
+    return one_line(text, limit)
+
+
 class BackfillError(Exception):
     """Root of every error delta-backfill raises on purpose. Exit code 1."""
 

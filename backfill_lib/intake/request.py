@@ -46,6 +46,12 @@ class Strategy(str, enum.Enum):
     REBUILD = "rebuild"
     PATCH = "patch"
 
+    @property
+    def whole_table(self) -> bool:
+        """Whether the strategy stages, validates and publishes the whole table (a rebuild) rather than the
+        range: it stages in one batch, compares whole tables and always publishes."""
+        return self is Strategy.REBUILD
+
 
 class PublishMode(str, enum.Enum):
     """How a recompute's publishing commit writes the range (the table ends the same either way).

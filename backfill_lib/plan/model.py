@@ -322,7 +322,7 @@ def build_plan(
         start, end = bounds
         parts = enumerate_partitions(start, end, grain, tz)
     planned = _with_current_stats(parts, state.partitions, grain)
-    if request.strategy is Strategy.REBUILD:
+    if request.strategy.whole_table:  # one CREATE OR REPLACE of the staging table
         size = len(planned) or 1
     else:
         size = request.batch_size or batch_size or batch_partitions(planned, source_input, batch_bytes)

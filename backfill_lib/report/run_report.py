@@ -88,12 +88,6 @@ class RunOutcome:
     diffs: dict[str, dict]
 
 
-def diff_rows(diffs) -> dict[str, dict]:
-    """:class:`backfill_lib.validate.diff.PartitionDiff` objects as the ledger's diff rows, by partition key."""
-    return {d.partition: {"inserted": d.inserted, "deleted": d.deleted, "updated": d.updated,
-                          "unchanged": d.unchanged} for d in diffs}
-
-
 def ledger_outcome(ledger: Ledger, run_id: str) -> RunOutcome:
     """A run's :class:`RunOutcome` read back from the ledger (``backfill report``, or a resumed run)."""
     return RunOutcome(ledger.run(run_id), ledger.partition_rows(run_id), ledger.recorded_checks(run_id),

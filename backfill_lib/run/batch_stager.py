@@ -21,7 +21,6 @@ from backfill_lib.core.faults import crash_point, maybe_conflict
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.retry import with_conflict_retry
 from backfill_lib.core.settings import Settings
-from backfill_lib.intake.request import Strategy
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.intake.sources import source_frame
 from backfill_lib.plan.model import BackfillPlan, Batch
@@ -74,7 +73,7 @@ class BatchStager:
         # commit now, while the first batches read their sources, and each batch waits for them before writing.
         self.ledger.write_now()
         durable_at = self.ledger.recorded()
-        staging = None if plan.strategy is Strategy.REBUILD else open_staging_table(self.spark, plan)
+        staging = None if plan.strategy.whole_table else open_staging_table(self.spark, plan)  # a rebuild creates it
         reporter.start_partitions(len(plan.partitions), "staging", done=skipped, rows=sum(rows.values()))
         try:
             rows.update(self._run_all(plan, casts, reporter, todo, concurrency, staging, durable_at))

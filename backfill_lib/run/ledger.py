@@ -177,6 +177,7 @@ class Ledger:
         self._cond = threading.Condition()
         self._writer: threading.Thread | None = None
         self._flushing = 0  # threads waiting in flush(): the writer stops lingering
+        self._last_run: dict[str, dict] = {}  # run_id -> the run record record_run last returned
         self._hurry = False  # write_now() was called: the writer stops lingering once
         self._on_commit: list[tuple[int, object]] = []  # (seq, callback) run by the writer once seq is committed
 
@@ -347,7 +348,12 @@ class Ledger:
         keeps it."""
         record = {**run, **changes, "status": status}
         self._append("runs", [record if status == "planned" else {**record, "plan_json": None}])
+        self._last_run[record["run_id"]] = record
         return record
+
+    def last_recorded(self, run_id: str) -> dict | None:
+        """The run record :meth:`record_run` last returned for ``run_id`` in this process (no read), or ``None``."""
+        return self._last_run.get(run_id)
 
     def record_partitions(self, run_id: str, rows: list[dict]) -> None:
         """Append partition events; each dict has at least ``partition`` and ``status``."""

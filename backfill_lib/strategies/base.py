@@ -12,9 +12,11 @@ from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import quote_ident
-from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.core.table_state import Column
+from backfill_lib.intake.request import Strategy
+from backfill_lib.intake.schema_guard import ColumnCast, align
 from backfill_lib.plan.model import BackfillPlan, Batch
-from backfill_lib.run.staging import StagingTable, stage_batch, staged_rows
+from backfill_lib.run.staging import StagingTable, check_reserved_column, stage_batch, staged_rows
 from backfill_lib.strategies.change_feed import ChangeRows, describe_change_feed
 from backfill_lib.strategies.commit_check import Published, Written, verify_commit
 
@@ -26,13 +28,40 @@ class StrategyImpl:
     """
 
     name = ""
+    #: The request's strategy this implements.
+    kind: Strategy = Strategy.RECOMPUTE
     #: Whether staged rows replace whole partitions, so row-count gates compare them with the target's rows.
     replaces_partitions = True
+    #: Whether staging writes in the plan's ``write_time_zone`` (a staging table partitioned like the target's).
+    stages_in_write_zone = False
     #: The publishing commit, as the Change Data Feed line names it.
     publishing = "the publishing commit"
 
+    @property
+    def whole_table(self) -> bool:
+        """Whether the run stages, validates and publishes the whole table rather than the range."""
+        return self.kind.whole_table
+
     def describe(self, plan: BackfillPlan) -> str:
         raise NotImplementedError
+
+    def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
+        """How the source's ``columns`` (from the SQL file ``where``) are cast to the target's; raise
+        :class:`~backfill_lib.core.errors.IntakeError` (or its ``SchemaMismatchError``) naming ``where`` and the
+        column when they cannot be. Default: the staging reserved column is absent, and the columns align with
+        the target's (only the evolutions :func:`~backfill_lib.intake.schema_guard.align` allows)."""
+        check_reserved_column(plan.target_table, plan.target_columns, where, columns)
+        return align(columns, plan.target_columns, where, plan.request.keys)
+
+    def always_publishes(self, casts: tuple[ColumnCast, ...]) -> bool:
+        """Whether publishing goes ahead even when every staged partition equals the target's (the diff found
+        no change): when the run adds a column. A rebuild always publishes."""
+        return self.whole_table or any(c.new for c in casts)
+
+    def diff_scope(self, plan: BackfillPlan, current: DataFrame, staged: DataFrame) -> DataFrame:
+        """The target rows the diff compares ``staged`` with, from ``current`` (the target's rows in the range at
+        the planned version). Default: all of them."""
+        return current
 
     def change_rows(self, plan: BackfillPlan, staged: dict[str, int | None] | None = None,
                     diffs: dict[str, dict] | None = None) -> ChangeRows | None:

@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import quote_ident, range_predicate
+from backfill_lib.intake.request import Strategy
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
@@ -20,6 +21,15 @@ from backfill_lib.strategies.commit_check import Published
 
 class Patch(StrategyImpl):
     name = "patch"
+    kind = Strategy.PATCH
+
+    def diff_scope(self, plan: BackfillPlan, current, staged):
+        """Only the target's rows with a staged key: a patch stages corrected rows for some keys and keeps every
+        other row (unless ``delete_missing``, where the keys it does not stage are deleted)."""
+        if plan.request.delete_missing:
+            return current
+        keys = [quote_ident(k) for k in plan.request.keys]  # quoted: a name may hold a dot
+        return current.join(staged.select(*keys), [current[k].eqNullSafe(staged[k]) for k in keys], "left_semi")
     replaces_partitions = False
 
     def describe(self, plan: BackfillPlan) -> str:

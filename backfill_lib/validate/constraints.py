@@ -32,7 +32,7 @@ def applicable(constraints: Sequence[Constraint], strategy: Strategy, keys: Sequ
     them all. A rebuild re-creates the table with the target's properties (so its CHECK constraints) but the
     staged schema's nullability, so of the NOT NULL columns only the keys' hold: keys are never NULL where the
     target declared them NOT NULL. Pure."""
-    if strategy is not Strategy.REBUILD:
+    if not strategy.whole_table:
         return tuple(constraints)
     return tuple(c for c in constraints if c.column is None or c.column in keys)
 

@@ -218,3 +218,9 @@ def evaluate(diffs: dict[str, PartitionDiff], gate: DiffGate, batch: int | None 
                 f"{d.updated_outside} of {d.rows_before} rows updated outside the corrected columns "
                 f"({_percent(outside)}, in {columns}), at most {_percent(limit)} allowed")
     return checks
+
+
+def diff_rows(diffs) -> dict[str, dict]:
+    """:class:`PartitionDiff` objects as the ledger's diff rows, by partition key."""
+    return {d.partition: {"inserted": d.inserted, "deleted": d.deleted, "updated": d.updated,
+                          "unchanged": d.unchanged} for d in diffs}

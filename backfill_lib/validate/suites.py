@@ -204,3 +204,16 @@ class SuiteRunner:
                     )
                 )
         return checks
+
+
+def suite_parameters(plan, batch) -> dict[str, object]:
+    """The evaluation parameters a suite may reference (``{"$PARAMETER": "range_start"}``): the run ID and the
+    first partition start of the range and of ``batch`` (dates or UTC-aware datetimes, inclusive)."""
+    parts = plan.partitions
+    return {
+        "run_id": plan.run_id,
+        "range_start": parts[0].partition.start,
+        "range_last": parts[-1].partition.start,
+        "batch_start": batch.partitions[0].partition.start,
+        "batch_last": batch.partitions[-1].partition.start,
+    }

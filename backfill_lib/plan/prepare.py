@@ -1,0 +1,87 @@
+"""Prepare: read what the plan needs from Spark and Delta, then build the frozen plan (the builder is pure).
+
+``backfill plan`` (the dry run) and ``backfill run`` both start here, so the plan printed is the plan executed.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from backfill_lib.adapters.delta_log import read_table_state
+from backfill_lib.adapters.pool import in_pool
+from backfill_lib.adapters.session import session_time_zone
+from backfill_lib.core.settings import Settings
+from backfill_lib.core.table_state import TableState
+from backfill_lib.intake.request import BackfillRequest, load_request
+from backfill_lib.intake.rule_checks import check_rules
+from backfill_lib.intake.sources import source_frame, source_input
+from backfill_lib.plan.model import BackfillPlan, build_plan
+from backfill_lib.plan.source_pins import pin_sources
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def prepare(
+    spark: SparkSession, settings: Settings, request_path: str | Path, run_id: str | None = None
+) -> tuple[BackfillPlan, TableState]:
+    """Intake and plan: load the request, read the target's state from Delta, build the frozen plan (with
+    ``run_id``, or a new one).
+
+    The source SQL is analysed in the request's ``time_zone`` (the session's zone is switched for it and put
+    back after), as every later stage runs it (:attr:`BackfillPlan.session_time_zone`).
+
+    Raises
+    ------
+    IntakeError
+        When the Spark session cannot take the request's ``time_zone``, naming both zones; nothing is written.
+    """
+    request = load_request(request_path)
+    bounds = request.bounds() or (None, None)
+    with session_time_zone(spark, request.time_zone, str(request_path)), \
+            ThreadPoolExecutor(2, thread_name_prefix="prepare") as pool:  # two independent reads of metadata
+        state_read = pool.submit(in_pool, spark, read_table_state, spark, request.target.table)
+        inputs = pool.submit(in_pool, spark, _pinned_input, spark, request, bounds)
+        state = state_read.result()
+        pins, found = inputs.result()
+    check_rules(spark, request, str(request_path))  # in `backfill plan` too: a bad rule never reaches staging
+    plan = build_plan(
+        request,
+        state,
+        request_path=str(request_path),
+        staging_schema=settings.staging_schema,
+        batch_size=settings.batch_size,
+        batch_bytes=settings.batch_bytes,
+        now=utc_now(),
+        source_input=found,
+        run_id=run_id,
+    )
+    return replace(plan, source_versions=pins), state
+
+
+def _pinned_input(spark: SparkSession, request: BackfillRequest, bounds) -> tuple:
+    """Pin the request's Delta sources at their current versions, then size the source input at those versions."""
+    pins = pin_sources(spark, request)
+    versions = {s.table: s.version for s in pins}
+    return pins, source_input(spark, source_frame(spark, request, *bounds, versions=versions))
+
+
+def mart_plan(spark: SparkSession, settings: Settings, plan: BackfillPlan, index: int) -> BackfillPlan:
+    """The child plan (run ID ``RUN_ID__mN``) that recomputes mart ``index`` (request order) for the partitions
+    covering ``plan``'s range, approved as ``plan`` is."""
+    mart = plan.request.marts[index]
+    request = plan.request.mart_request(mart)
+    state = read_table_state(spark, mart.table)
+    child = build_plan(
+        request, state, request_path=plan.request_path, staging_schema=settings.staging_schema,
+        batch_size=settings.batch_size, batch_bytes=settings.batch_bytes, now=utc_now(),
+        run_id=f"{plan.run_id}__m{index}",
+        source_input=source_input(spark, source_frame(spark, request, *request.bounds())),
+    )
+    return replace(child, parent_run_id=plan.run_id, approved_by=plan.approved_by)

@@ -1,0 +1,30 @@
+"""The run's first step: intake against the live source, right before anything is staged."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from backfill_lib.core.table_state import Column
+from backfill_lib.intake.rule_checks import check_rules
+from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.intake.sources import source_frame
+from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.strategies import strategy_for
+
+
+def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[ColumnCast, ...]:
+    """Intake against the live source: analyse the source SQL at the plan's pinned versions (no data read),
+    check every rule's tables, columns and expressions (:func:`~backfill_lib.intake.rule_checks.check_rules`),
+    and return how the source's columns are cast to the target's (asked of the strategy:
+    :meth:`~backfill_lib.strategies.base.StrategyImpl.align_source`).
+
+    Raises
+    ------
+    IntakeError
+        Naming the source file and the column at fault; nothing is written.
+    """
+    bounds = (plan.batches[0].start, plan.batches[0].end) if plan.request.range else (None, None)
+    frame = source_frame(spark, plan.request, *bounds, versions=plan.pinned_versions)
+    check_rules(spark, plan.request, plan.request_path, frame)
+    columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in frame.schema.fields)
+    return strategy_for(plan.strategy).align_source(plan, columns, str(plan.request.source.sql))

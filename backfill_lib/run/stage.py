@@ -1,0 +1,41 @@
+"""The Run stage: stage every batch of a plan into its staging table, recording progress in the ledger."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from backfill_lib.core.progress import Reporter
+from backfill_lib.core.settings import Settings
+from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.run.batch_stager import BatchStager
+from backfill_lib.run.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What staging produced: the plan, how the source's columns were cast, and the staged rows per partition
+    key (every planned partition; a resumed run's earlier batches included)."""
+
+    plan: BackfillPlan
+    casts: tuple[ColumnCast, ...]
+    rows: dict[str, int] = field(default_factory=dict)
+
+
+def stage(spark: SparkSession, settings: Settings, ledger: Ledger, cancelled: threading.Event, plan: BackfillPlan,
+          casts: tuple[ColumnCast, ...], reporter: Reporter, resumed: bool) -> Staged:
+    """Stage ``plan``'s batches (a ``resumed`` run skips the partitions the ledger has as staged).
+
+    Raises
+    ------
+    CancelledError
+        When ``cancelled`` is set: batches in flight finish, the rest are left for ``resume``.
+    BackfillError
+        The first batch error (stray rows, duplicate keys, a conflict that did not clear).
+    """
+    done = ledger.staged_rows(plan.run_id) if resumed else {}  # a fresh run staged nothing yet
+    rows = BatchStager(spark, settings, ledger, cancelled).stage(plan, casts, reporter, done)
+    return Staged(plan, casts, rows)
