@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from backfill_lib.adapters.checksums import row_checksum
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partition_keys import PartitionKeys
-from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column
 from backfill_lib.intake.request import Strategy
 from backfill_lib.intake.schema_guard import ColumnCast, align
@@ -108,12 +108,7 @@ def partition_fingerprints(df: DataFrame, keys: PartitionKeys) -> dict[str, tupl
 
     The sum is order-independent, so two sides with the same rows in any order and file layout match.
     """
-    cols = [F.col(quote_ident(c)) for c in sorted(df.columns)]
-    rows = (
-        df.groupBy(keys.expr().alias("p"))
-        .agg(F.count("*").alias("n"), F.sum(F.xxhash64(*cols).cast("decimal(38,0)")).alias("h"))
-        .collect()
-    )
+    rows = df.groupBy(keys.expr().alias("p")).agg(F.count("*").alias("n"), row_checksum(df).alias("h")).collect()
     return keys.rekey({r["p"]: (int(r["n"]), r["h"]) for r in rows})
 
 

@@ -28,9 +28,9 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from backfill_lib.adapters.checksums import row_checksum
 from backfill_lib.adapters.delta_log import commit_actions, file_set_fingerprint, latest_snapshot, partition_value_key
 from backfill_lib.core.checks import Check
-from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import PartitionStats
 from backfill_lib.plan.model import BackfillPlan, stats_by_key
 
@@ -56,9 +56,7 @@ def observed(df: DataFrame) -> tuple[DataFrame, Observation]:
     """``df`` with an observation of its row count and checksum, taken as the rows flow into the write (no
     extra Spark job); read it with :func:`written` after the write."""
     observation = Observation()  # a unique name: writes of several runs may share a session
-    columns = [F.col(quote_ident(c)) for c in sorted(df.columns)]
-    return df.observe(observation, F.count(F.lit(1)).alias("rows"),
-                      F.sum(F.xxhash64(*columns).cast("decimal(38,0)")).alias("checksum")), observation
+    return df.observe(observation, F.count(F.lit(1)).alias("rows"), row_checksum(df).alias("checksum")), observation
 
 
 def written(observation: Observation) -> Written | None:

@@ -7,11 +7,11 @@ from pyspark.sql import DataFrame, SparkSession
 from backfill_lib.adapters.delta_log import partition_stats
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
-from backfill_lib.core.errors import IntakeError
+from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column
 from backfill_lib.intake.request import Strategy
-from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.intake.table_checks import check_columns_fit
 from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
 from backfill_lib.run.staging import staging_properties
@@ -35,16 +35,7 @@ class Rebuild(StrategyImpl):
     def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
         """A rebuild may change the schema: its source only has to provide the partition column (of the grain's
         type) and the keys; its columns are taken as they are."""
-        by_name = {c.name: c for c in columns}
-        grain = plan.request.target.grain
-        part = by_name.get(plan.partition_column)
-        if part is None or part.type != grain.spark_type:
-            found = "missing" if part is None else part.type.upper()
-            raise IntakeError(f"{where}: partition column {plan.partition_column} is {found}, grain {grain.value} "
-                              f"needs {grain.spark_type.upper()}")
-        for key in plan.request.keys:
-            if key not in by_name:
-                raise IntakeError(f"{where}: key column {key} is missing from the source (field keys)")
+        check_columns_fit(f"{where}: the source", columns, plan.request)
         return tuple(ColumnCast(c.name, c.type, False) for c in columns)
 
     def describe(self, plan: BackfillPlan) -> str:

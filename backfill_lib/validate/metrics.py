@@ -25,6 +25,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType, StructType
 
+from backfill_lib.adapters.checksums import checksum_of
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys, keys_of
@@ -84,8 +85,7 @@ def _aggregates(df: DataFrame, spec: MetricSpec) -> list[Column]:
     for c in spec.min_max:
         aggs += [F.min(_col(c)).alias(f"min({c})"), F.max(_col(c)).alias(f"max({c})")]
     if spec.checksum:
-        hashed = F.xxhash64(*[_col(c) for c in spec.checksum]).cast("decimal(38,0)")
-        aggs.append(F.sum(hashed).alias(checksum_name(spec.checksum)))
+        aggs.append(checksum_of(spec.checksum).alias(checksum_name(spec.checksum)))
     return aggs
 
 
@@ -174,6 +174,21 @@ def _same(staged: object, source: object) -> bool:
     return both_nan or staged == source
 
 
+def matches(staged: object, source: object, tolerance: Decimal | float | int = 0) -> tuple[bool, Decimal | None]:
+    """The one comparison rule of reconciliation: whether ``staged`` matches ``source``, and their exact
+    :func:`difference` (``None`` when either is not a finite number).
+
+    Numbers (integers and decimals exactly, floats through their shortest repr) match when
+    ``|staged - source| <= tolerance``; anything else (NULL, NaN, dates, strings) only when equal, two NaN
+    being equal and NULL equal only to NULL.
+    """
+    diff = difference(staged, source)
+    if diff is None:
+        return _same(staged, source), None
+    limit = tolerance if isinstance(tolerance, Decimal) else Decimal(repr(tolerance))
+    return abs(diff) <= limit, diff
+
+
 def _text(value: object) -> str | None:
     if value is None:
         return None
@@ -220,9 +235,7 @@ def compare(
         s, t = staged.get(key, empty), source.get(key, empty)
         for name in spec.names():
             a, b = s[name], t[name]
-            diff = difference(a, b)
-            tolerance = 0 if name.startswith("checksum(") else spec.tolerance
-            ok = abs(diff) <= tolerance if diff is not None else _same(a, b)
+            ok, diff = matches(a, b, 0 if name.startswith("checksum(") else spec.tolerance)
             message = None
             if not ok:
                 message = f"staged {name} = {_shown(a)}, source = {_shown(b)}"

@@ -1,14 +1,13 @@
 """Metric reconciliation: a metric of the staged rows equals a metric of the source, per partition.
 
 Both sides are SQL aggregate expressions grouped by their partition column over the same half-open range.
-Values are compared as Python ``int`` or ``decimal.Decimal`` (what Spark returns for integer and decimal
-aggregates), so no rounding through floating point hides a difference.
+Values are compared by the one rule of :func:`~backfill_lib.validate.metrics.matches` (exact for integers and
+decimals, NaN and NULL aware), as metric rules are, so no rounding through floating point hides a difference.
 """
 
 from __future__ import annotations
 
 from datetime import date
-from decimal import Decimal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -21,6 +20,7 @@ from backfill_lib.intake.request import ReconciliationRule
 from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.plan.source_pins import pinned_version, read_table, snapshot_at
 from backfill_lib.run.staging import staged_rows
+from backfill_lib.validate.metrics import matches
 
 
 def metric_per_partition(df: DataFrame, column: str | PartitionKeys, metric: str) -> dict[str, object]:
@@ -33,14 +33,6 @@ def metric_per_partition(df: DataFrame, column: str | PartitionKeys, metric: str
 
 def _per_partition(df: DataFrame, keys: PartitionKeys, metric: str, predicate: str | None) -> dict[str, object]:
     return metric_per_partition(df if predicate is None else df.where(predicate), keys, metric)
-
-
-def _differs(staged: object, source: object, tolerance: float) -> bool:
-    if staged is None or source is None:
-        return staged is not source
-    if tolerance == 0:
-        return staged != source
-    return abs(Decimal(str(staged)) - Decimal(str(source))) > Decimal(str(tolerance))
 
 
 def source_metric(
@@ -112,7 +104,11 @@ def reconcile_batch(
     checks = []
     for key in keys:
         a, b = staged.get(key), source.get(key)
-        ok = not _differs(a, b, rule.tolerance)
-        message = None if ok else f"staged {rule.metric} = {a}, source {src.table} {src.metric} = {b}"
+        ok, diff = matches(a, b, rule.tolerance)
+        message = None
+        if not ok:
+            message = f"staged {rule.metric} = {a}, source {src.table} {src.metric} = {b}"
+            if diff is not None:
+                message += f", difference {format(diff, 'f')}"
         checks.append(Check("reconciliation", rule.name, ok, key, batch.index, str(a), str(b), message))
     return checks

@@ -167,51 +167,52 @@ class StageTimer:
     def install(self) -> "StageTimer":
         import great_expectations.checkpoint as gx_checkpoint
 
+        import backfill_lib.plan.prepare as prepare
+        import backfill_lib.publish.marts as marts
+        import backfill_lib.publish.stage as publish_stage
         import backfill_lib.run.batch_stager as batch_stager
+        import backfill_lib.run.source_check as source_check
         import backfill_lib.runner as runner
         import backfill_lib.strategies.recompute as recompute
+        import backfill_lib.validate.stage as validate_stage
         from backfill_lib.run.ledger import Ledger
         from backfill_lib.strategies.base import StrategyImpl
         from backfill_lib.validate.suites import SuiteRunner
 
         w = self.wrap
-        w(runner, "load_request", "prepare: load request")
-        w(runner, "read_table_state", "prepare: read target state (Delta log)")
-        w(runner, "source_input", "prepare: source input files")
-        w(runner, "build_plan", "prepare: build plan")
-        w(runner, "source_frame", "source SQL analysis (per call)")
+        w(prepare, "load_request", "prepare: load request")
+        w(prepare, "read_table_state", "prepare: read target state (Delta log)")
+        w(prepare, "source_input", "prepare: source input files")
+        w(prepare, "build_plan", "prepare: build plan")
+        w(prepare, "source_frame", "source SQL analysis (per call)")
+        w(source_check, "source_frame", "source SQL analysis (per call)")
         w(runner, "check_source_schema", "intake: source schema check")
         w(runner, "run_record", "ledger: plan summary JSON")
         w(Ledger, "ensure", "ledger: ensure tables")
-        if hasattr(Ledger, "flush"):  # events written behind by a writer thread
-            w(Ledger, "_insert", lambda self, name, rows: f"ledger: insert into {name}")
-            w(Ledger, "flush", "ledger: wait for queued events (flush)")
-        else:
-            w(Ledger, "_append", lambda self, name, rows: f"ledger: insert into {name}")
+        w(Ledger, "_insert", lambda self, name, rows: f"ledger: insert into {name}")
+        w(Ledger, "flush", "ledger: wait for queued events (flush)")
         w(Ledger, "find_run", "ledger: read run")
         w(Ledger, "partitions", "ledger: read partitions")
         w(batch_stager.BatchStager, "stage", "staging: all batches, wall time (their calls: batch threads)")
         w(batch_stager, "open_staging_table", "staging: open staging table (created by the first write)")
-        if hasattr(Ledger, "wait_committed"):
-            w(Ledger, "wait_committed", "ledger: wait for the run's first events (before a batch writes)")
+        w(Ledger, "wait_committed", "ledger: wait for the run's first events (before a batch writes)")
         w(batch_stager, "source_frame", "source SQL analysis (per call)")
         w(StrategyImpl, "stage", "staging: write batch (source query + replaceWhere)")
         w(SuiteRunner, "__init__", "validate: GX context + checkpoint setup")
         w(SuiteRunner, "validate", "validate: GX suite")
         w(gx_checkpoint.UpdateDataDocsAction, "run", "validate: GX data docs")
-        w(runner, "reconcile_batch", "validate: reconciliation")
-        if hasattr(runner, "source_metric"):  # read while staging runs
-            w(runner, "source_metric", "staging: reconciliation source side")
-        w(runner.Runner, "_validate", "validate: all audits, wall time (their calls: audit threads)")
-        w(runner.Runner, "_diff", "validate: diff by key")
+        w(validate_stage, "reconcile_batch", "validate: reconciliation")
+        w(validate_stage, "source_metric", "staging: reconciliation source side")
+        w(validate_stage.Validate, "validate", "validate: all audits, wall time (their calls: audit threads)")
+        w(validate_stage.Validate, "_diff", "validate: diff by key")
         w(recompute.Recompute, "publish", "publish: replaceWhere commit")
         w(recompute, "check_fence", "publish: fence")
         w(recompute, "find_version", "publish: find published version")
         w(StrategyImpl, "verify", "verify: rows + checksum vs staging")
         w(runner.Runner, "write_report", "report: HTML + Markdown")
-        w(runner, "check_rollback_ready", "publish: rollback readiness (files of the version read)")
-        w(runner, "rollback_until", "publish: rollback_until (retention)")
-        w(runner.Runner, "_monitor", "release: monitor (suite on published range)")
+        w(publish_stage, "check_rollback_ready", "publish: rollback readiness (files of the version read)")
+        w(publish_stage, "rollback_until", "publish: rollback_until (retention)")
+        w(marts, "monitor", "release: monitor (suite on published range)")
         return self
 
     def uninstall(self) -> None:

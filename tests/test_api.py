@@ -1,0 +1,38 @@
+"""The Python API for notebooks and schedulers: plan_backfill (the dry run) and run_backfill, exported lazily."""
+
+import subprocess
+import sys
+
+from chispa import assert_df_equality
+
+import backfill_lib
+from backfill_lib.adapters.delta_log import current_version
+from tests.fixtures import D9, EVENTS_SCHEMA, events_request, make_events
+
+SOURCE = [(3, D9, 30), (4, D9, 40)]
+
+
+def test_the_package_exports_its_api_without_importing_pyspark():
+    code = ("import sys, backfill_lib; assert 'pyspark' not in sys.modules; "
+            "print(sorted(n for n in backfill_lib.__all__ if n != '__version__'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['get_spark', 'load_request', 'load_settings', 'plan_backfill', 'run_backfill']"
+
+
+def test_plan_backfill_writes_nothing_and_run_backfill_publishes_that_plan(spark, settings, db, tmp_path):
+    make_events(spark, db, SOURCE)
+    request = events_request(tmp_path, db)
+    before = current_version(spark, f"{db}.events")
+
+    plan = backfill_lib.plan_backfill(request, settings=settings, spark=spark)
+    assert [p.key for p in plan.partitions] == ["2024-03-09"]
+    assert (plan.target_table, plan.target_version) == (f"{db}.events", before)
+    assert current_version(spark, f"{db}.events") == before  # the dry run wrote nothing
+
+    result = backfill_lib.run_backfill(request, settings=settings, spark=spark, run_id="api_run_1")
+    assert (result.status, result.plan.run_id, result.published_version) == ("published", "api_run_1", before + 1)
+    assert_df_equality(spark.table(f"{db}.events").where("dt = DATE'2024-03-09'"),
+                       spark.createDataFrame([(3, D9, 300), (4, D9, 400)], EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+    again = backfill_lib.run_backfill(request, settings=settings, spark=spark, run_id="api_run_1")
+    assert (again.status, current_version(spark, f"{db}.events")) == ("published", before + 1)  # resumed: no write
