@@ -1,0 +1,155 @@
+"""The :class:`Ledger` a run uses: creates the ledger tables, records events and reads them back folded.
+
+Every table is append-only (see :mod:`backfill_lib.run.ledger`): a read folds a run's or partition's events to
+the latest one by ``seq``. Writing is :class:`~backfill_lib.run.ledger.writer.EventWriter`'s, which
+:class:`Ledger` extends, so every read here flushes first and sees every event recorded before it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from backfill_lib.core.checks import Check
+from backfill_lib.core.errors import RunNotFoundError
+from backfill_lib.run.ledger.schema import SCHEMAS
+from backfill_lib.run.ledger.writer import EventWriter
+
+
+class Ledger(EventWriter):
+    """Reads and appends ledger records in ``schema`` (``spark_catalog`` unless the name says otherwise)."""
+
+    def __init__(self, spark: SparkSession, schema: str):
+        super().__init__(spark, schema)
+        self._ensured = False
+        self._last_run: dict[str, dict] = {}  # run_id -> the run record record_run last returned
+
+    def ensure(self) -> None:
+        """Create the ledger schema and tables when missing; add columns a newer version defines (nullable, so
+        older events read as NULL there). Done once per :class:`Ledger`: a run, its resume and its marts' child
+        runs all call it."""
+        if self._ensured:
+            return
+        self._ensured = True
+        self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+        for name, schema in SCHEMAS.items():
+            if not self.spark.catalog.tableExists(self.table(name)):
+                self.spark.createDataFrame([], schema).write.format("delta").mode("ignore").saveAsTable(
+                    self.table(name)
+                )
+                continue
+            have = set(self.spark.table(self.table(name)).columns)
+            missing = [f for f in schema.fields if f.name not in have]
+            if missing:
+                added = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
+                self.spark.sql(f"ALTER TABLE {self.table(name)} ADD COLUMNS ({added})")
+
+    def record_run(self, run: dict, status: str, **changes) -> dict:
+        """Append a run event: the previous run record with ``changes`` and the new ``status``; return it.
+
+        ``plan_json`` is written with the ``planned`` event only (it can be megabytes); the returned record
+        keeps it."""
+        record = {**run, **changes, "status": status}
+        self._append("runs", [record if status == "planned" else {**record, "plan_json": None}])
+        self._last_run[record["run_id"]] = record
+        return record
+
+    def last_recorded(self, run_id: str) -> dict | None:
+        """The run record :meth:`record_run` last returned for ``run_id`` in this process (no read), or ``None``."""
+        return self._last_run.get(run_id)
+
+    def record_partitions(self, run_id: str, rows: list[dict]) -> None:
+        """Append partition events; each dict has at least ``partition`` and ``status``."""
+        self._append("partitions", [{**r, "run_id": run_id} for r in rows])
+
+    def record_checks(self, run_id: str, checks: list[Check]) -> None:
+        self._append("checks", [{**c.__dict__, "run_id": run_id} for c in checks])
+
+    @staticmethod
+    def _latest(df: DataFrame, *keys: str) -> DataFrame:
+        w = Window.partitionBy(*keys).orderBy(F.col("seq").desc())
+        return df.withColumn("_n", F.row_number().over(w)).where("_n = 1").drop("_n")
+
+    def _fold_runs(self, df: DataFrame) -> DataFrame:
+        """Per run: every column of its latest event, except ``plan_json``: the latest non-null one."""
+        others = [c for c in df.columns if c not in ("run_id", "plan_json")]
+        plan_seq = F.when(F.col("plan_json").isNotNull(), F.col("seq"))
+        folded = df.groupBy("run_id").agg(
+            F.max_by(F.struct(*others), "seq").alias("_r"), F.max_by("plan_json", plan_seq).alias("plan_json")
+        )
+        return folded.select(*[F.col(f"_r.{c}").alias(c) if c in others else F.col(c) for c in df.columns])
+
+    def runs(self) -> DataFrame:
+        """The latest record of every run."""
+        self.flush()
+        return self._fold_runs(self.spark.table(self.table("runs")))
+
+    def find_run(self, run_id: str) -> dict | None:
+        """The latest record of ``run_id``, or ``None`` when the ledger has none."""
+        self.flush()
+        rows = self._fold_runs(self.spark.table(self.table("runs")).where(F.col("run_id") == run_id)).collect()
+        return rows[0].asDict() if rows else None
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether the ledger has any event of ``run_id`` (one scan with a limit, no folding)."""
+        self.flush()
+        return bool(self.spark.table(self.table("runs")).where(F.col("run_id") == run_id).select("run_id").limit(1).collect())
+
+    def run(self, run_id: str) -> dict:
+        """The latest record of ``run_id``; raises :class:`RunNotFoundError` when the ledger has none."""
+        record = self.find_run(run_id)
+        if record is None:
+            raise RunNotFoundError(f"run {run_id} not found in ledger {self.table('runs')}")
+        return record
+
+    def staged_rows(self, run_id: str) -> dict[str, int]:
+        """Rows by partition key of the partitions whose latest event is ``staged`` (what a resume skips)."""
+        return {p["partition"]: int(p["rows"] or 0) for p in self.partitions(run_id) if p["status"] == "staged"}
+
+    def partitions(self, run_id: str) -> list[dict]:
+        """Every partition of ``run_id``, ordered by partition: status, rows and message of its latest event;
+        batch and attempt of its latest event that had them; first start and last end over its events."""
+        self.flush()
+        df = self.spark.table(self.table("partitions")).where(F.col("run_id") == run_id)
+        latest = {c: F.max_by(c, "seq").alias(c) for c in ("status", "message", "seq", "event_at")}
+        when_set = {c: F.max_by(c, F.when(F.col(c).isNotNull(), F.col("seq"))).alias(c) for c in ("batch", "attempt", "rows")}
+        folded = df.groupBy("run_id", "partition").agg(
+            *latest.values(), *when_set.values(),
+            F.min("started_at").alias("started_at"), F.max("ended_at").alias("ended_at"),
+        )
+        return [r.asDict() for r in folded.orderBy("partition").collect()]
+
+    def partition_rows(self, run_id: str) -> dict[str, int | None]:
+        """Rows by partition key of every partition of ``run_id`` (its latest event that had rows)."""
+        return {p["partition"]: p["rows"] for p in self.partitions(run_id)}
+
+    def recorded_checks(self, run_id: str) -> tuple[Check, ...]:
+        """:meth:`checks` as :class:`Check` objects, in the order written."""
+        return tuple(Check(c["kind"], c["name"], c["success"], c["partition"], c["batch"], c["observed"], c["expected"],
+                           c["message"]) for c in self.checks(run_id))
+
+    def record_diffs(self, run_id: str, diffs) -> None:
+        """Append one row per :class:`backfill_lib.validate.diff.PartitionDiff`."""
+        self._append("diffs", [
+            {"run_id": run_id, "partition": d.partition, "inserted": d.inserted, "deleted": d.deleted,
+             "updated": d.updated, "unchanged": d.unchanged, "changed_columns": json.dumps(d.changed_columns),
+             "abs_change": json.dumps({k: str(v) for k, v in d.abs_change.items()})}
+            for d in diffs
+        ])
+
+    def diffs(self, run_id: str) -> list[dict]:
+        """The latest diff of every partition of ``run_id``."""
+        self.flush()
+        df = self.spark.table(self.table("diffs")).where(F.col("run_id") == run_id)
+        return [r.asDict() for r in self._latest(df, "partition").orderBy("partition").collect()]
+
+    def checks(self, run_id: str) -> list[dict]:
+        """The checks of ``run_id``'s latest validation (those written after its last ``validating`` event, so a
+        resumed run that validated again does not list the first round twice), in the order written."""
+        self.flush()
+        runs = self.spark.table(self.table("runs")).where((F.col("run_id") == run_id) & (F.col("status") == "validating"))
+        since = runs.agg(F.max("seq")).first()[0] or 0
+        df = self.spark.table(self.table("checks")).where((F.col("run_id") == run_id) & (F.col("seq") > since))
+        return [r.asDict() for r in df.orderBy("seq").collect()]
