@@ -272,7 +272,7 @@ class BackfillRequest(_Frozen):
             raise ValueError(f"publish_mode: {self.publish_mode.value} applies to strategy recompute only "
                              f"(got strategy {self.strategy.value})")
         if self.range is None:
-            if self.strategy is not Strategy.REBUILD:
+            if not self.strategy.whole_table:  # only a whole-table strategy may cover every partition
                 raise ValueError(f"range: required for strategy {self.strategy.value}")
             if self.marts:
                 raise ValueError("marts: need a range (a rebuild without one cannot say which mart partitions change)")

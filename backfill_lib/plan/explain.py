@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.strategies.kinds import kind_for
 
 #: Longer partition lists show this many rows from each end.
 EDGE_ROWS = 10
@@ -60,10 +61,8 @@ def _pins_line(plan: BackfillPlan) -> str:
 
 def explain(plan: BackfillPlan) -> Group:
     """A renderable of the plan: what, why, which partitions, their current cost, where rows are staged."""
-    from backfill_lib.strategies import strategy_for
-
     r = plan.request
-    strategy = strategy_for(r.strategy, r.publish_mode)
+    strategy = kind_for(r.strategy, r.publish_mode)
     parts = plan.partitions
     total = plan.total
     src = plan.source_input

@@ -105,7 +105,7 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
     now_version = int(snapshot.version())
     if now_version == plan.target_version:
         return now_version
-    if plan.request.strategy.value == "rebuild":  # a rebuild replaces every partition: any commit is in range
+    if plan.strategy.whole_table:  # a rebuild replaces every partition: any commit is in range
         raise FenceError(
             f"table {plan.target_table} changed since the plan read version {plan.target_version} "
             f"(now version {now_version}){_committed_by(spark, plan)}; a rebuild replaces the whole table, so "

@@ -24,6 +24,7 @@ from backfill_lib.plan.model import plan_from_summary
 from backfill_lib.report.render import MetricPoint, PartitionRow, ReportData, write_report
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.run.staging import staged_rows as read_staged_rows
+from backfill_lib.strategies.kinds import kind_for
 from backfill_lib.validate.reconcile import metric_per_partition
 
 
@@ -96,14 +97,13 @@ def ledger_outcome(ledger: Ledger, run_id: str) -> RunOutcome:
 
 def _change_feed_lines(run: dict, plan: dict, outcome: RunOutcome) -> tuple[str, ...]:
     """The line on the target's Change Data Feed (none for a plan stored before the ledger kept the flag)."""
-    from backfill_lib.strategies import strategy_for
 
     if "target_change_data_feed" not in plan:
         return ()
     planned = plan_from_summary(plan)
     if planned.target_change_data_feed and run.get("status") == "unchanged":
         return ("change data feed: on; nothing was published, so no change rows",)
-    strategy = strategy_for(planned.strategy, planned.request.publish_mode)
+    strategy = kind_for(planned.strategy, planned.request.publish_mode)
     return ("change data feed: " + strategy.change_feed(planned, outcome.rows, outcome.diffs),)
 
 

@@ -3,27 +3,43 @@
 Every strategy stages into the run's own staging table first; publishing is always exactly one commit on the
 target, scoped by the plan (a partition predicate, the whole table for a rebuild, or a MERGE condition that
 carries the range as a literal). No strategy overwrites without a predicate.
+
+:mod:`backfill_lib.strategies.kinds` holds what the plan needs of a strategy (traits, dry-run text) and is pure;
+the implementations need Spark, so :func:`strategy_for` imports them when first asked (importing this package,
+or its ``kinds``, imports no pyspark).
 """
 
 from __future__ import annotations
 
+from functools import cache
+
 from backfill_lib.intake.request import PublishMode, Strategy
-from backfill_lib.strategies.base import StrategyImpl
-from backfill_lib.strategies.changes_only import RecomputeChangesOnly
-from backfill_lib.strategies.patch import Patch
-from backfill_lib.strategies.rebuild import Rebuild
-from backfill_lib.strategies.recompute import Recompute
+from backfill_lib.strategies.kinds import StrategyKind, kind_for
 
-_BY_NAME: dict[Strategy, StrategyImpl] = {Strategy.RECOMPUTE: Recompute(), Strategy.REBUILD: Rebuild(), Strategy.PATCH: Patch()}
-#: Publish modes other than ``replace`` (the request allows them for recompute only).
-_BY_MODE: dict[tuple[Strategy, PublishMode], StrategyImpl] = {
-    (Strategy.RECOMPUTE, PublishMode.CHANGES_ONLY): RecomputeChangesOnly(),
-}
+__all__ = ["StrategyKind", "kind_for", "strategy_for"]
 
 
-def strategy_for(strategy: Strategy, publish_mode: PublishMode = PublishMode.REPLACE) -> StrategyImpl:
-    """The implementation of ``strategy`` published in ``publish_mode`` (the request's ``publish_mode``).
+@cache
+def _implementations() -> dict:
+    from backfill_lib.strategies.changes_only import RecomputeChangesOnly
+    from backfill_lib.strategies.patch import Patch
+    from backfill_lib.strategies.rebuild import Rebuild
+    from backfill_lib.strategies.recompute import Recompute
+
+    return {
+        (Strategy.RECOMPUTE, PublishMode.REPLACE): Recompute(),
+        (Strategy.REBUILD, PublishMode.REPLACE): Rebuild(),
+        (Strategy.PATCH, PublishMode.REPLACE): Patch(),
+        # Publish modes other than ``replace`` (the request allows them for recompute only).
+        (Strategy.RECOMPUTE, PublishMode.CHANGES_ONLY): RecomputeChangesOnly(),
+    }
+
+
+def strategy_for(strategy: Strategy, publish_mode: PublishMode = PublishMode.REPLACE):
+    """The implementation (a :class:`~backfill_lib.strategies.base.StrategyImpl`) of ``strategy`` published in
+    ``publish_mode`` (the request's ``publish_mode``).
 
     Staging, gates and audits are the same in every publish mode; only describing, publishing, the
     post-publish check and the Change Data Feed figure differ."""
-    return _BY_MODE.get((strategy, publish_mode)) or _BY_NAME[strategy]
+    found = _implementations()
+    return found.get((strategy, publish_mode)) or found[(strategy, PublishMode.REPLACE)]

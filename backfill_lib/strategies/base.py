@@ -13,37 +13,19 @@ from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.table_state import Column
-from backfill_lib.intake.request import Strategy
 from backfill_lib.intake.schema_guard import ColumnCast, align
 from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.run.staging import StagingTable, check_reserved_column, stage_batch, staged_rows
-from backfill_lib.strategies.change_feed import ChangeRows, describe_change_feed
 from backfill_lib.strategies.commit_check import Published, Written, verify_commit
+from backfill_lib.strategies.kinds import StrategyKind
 
 
-class StrategyImpl:
-    """A strategy: ``describe`` for the dry run, ``check_batch`` before staging, ``stage``, ``publish``, ``verify``.
+class StrategyImpl(StrategyKind):
+    """A strategy's Spark side: ``align_source`` and ``check_batch`` before staging, ``stage``, ``diff_scope`` for
+    validation, ``publish``, ``verify``; its traits and ``describe`` come from its :class:`StrategyKind`.
 
     The default stages a batch with ``replaceWhere`` on its partitions (recompute and patch).
     """
-
-    name = ""
-    #: The request's strategy this implements.
-    kind: Strategy = Strategy.RECOMPUTE
-    #: Whether staged rows replace whole partitions, so row-count gates compare them with the target's rows.
-    replaces_partitions = True
-    #: Whether staging writes in the plan's ``write_time_zone`` (a staging table partitioned like the target's).
-    stages_in_write_zone = False
-    #: The publishing commit, as the Change Data Feed line names it.
-    publishing = "the publishing commit"
-
-    @property
-    def whole_table(self) -> bool:
-        """Whether the run stages, validates and publishes the whole table rather than the range."""
-        return self.kind.whole_table
-
-    def describe(self, plan: BackfillPlan) -> str:
-        raise NotImplementedError
 
     def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
         """How the source's ``columns`` (from the SQL file ``where``) are cast to the target's; raise
@@ -53,27 +35,10 @@ class StrategyImpl:
         check_reserved_column(plan.target_table, plan.target_columns, where, columns)
         return align(columns, plan.target_columns, where, plan.request.keys)
 
-    def always_publishes(self, casts: tuple[ColumnCast, ...]) -> bool:
-        """Whether publishing goes ahead even when every staged partition equals the target's (the diff found
-        no change): when the run adds a column. A rebuild always publishes."""
-        return self.whole_table or any(c.new for c in casts)
-
     def diff_scope(self, plan: BackfillPlan, current: DataFrame, staged: DataFrame) -> DataFrame:
         """The target rows the diff compares ``staged`` with, from ``current`` (the target's rows in the range at
         the planned version). Default: all of them."""
         return current
-
-    def change_rows(self, plan: BackfillPlan, staged: dict[str, int | None] | None = None,
-                    diffs: dict[str, dict] | None = None) -> ChangeRows | None:
-        """The change rows publishing ``plan`` emits when the target has the Change Data Feed on, from the plan
-        and, once known, ``staged`` (staged rows by partition key) and ``diffs`` (by partition key: ``inserted``,
-        ``deleted``, ``updated`` rows, as the ledger holds them). Default: ``None``, not estimated."""
-        return None
-
-    def change_feed(self, plan: BackfillPlan, staged: dict[str, int | None] | None = None,
-                    diffs: dict[str, dict] | None = None) -> str:
-        """One line on the target's Change Data Feed: off, or on and what publishing emits there."""
-        return describe_change_feed(plan.target_change_data_feed, self.change_rows(plan, staged, diffs), self.publishing)
 
     def check_batch(self, plan: BackfillPlan, batch: Batch, df: DataFrame) -> None:
         """Raise a :class:`~backfill_lib.core.errors.BackfillError` when ``df`` must not be staged. Default: accept."""

@@ -21,16 +21,10 @@ from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
 from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies.base import verify_partitions
-from backfill_lib.strategies.change_feed import ChangeRows
 from backfill_lib.strategies.commit_check import Published
+from backfill_lib.strategies.kinds import ChangesOnlyKind, merge_keys
 from backfill_lib.strategies.recompute import Recompute
 from backfill_lib.validate.key_audit import LISTED_KEYS, duplicate_keys, key_text
-
-
-def merge_keys(plan: BackfillPlan) -> tuple[str, ...]:
-    """The columns the MERGE matches rows on: the request's keys and the partition column (so a key that moves
-    to another partition is a delete and an insert, as the diff counts it)."""
-    return tuple(dict.fromkeys([*plan.request.keys, plan.partition_column]))
 
 
 def differs(column: str, type_: str, new: bool) -> str:
@@ -47,30 +41,7 @@ def differs(column: str, type_: str, new: bool) -> str:
     return f"NOT (t.{q} <=> s.{q})"
 
 
-class RecomputeChangesOnly(Recompute):
-    name = "recompute, publish_mode changes_only"
-    publishing = "one MERGE (publish_mode changes_only)"
-
-    def describe(self, plan: BackfillPlan) -> str:
-        keys = ", ".join(merge_keys(plan))
-        return (
-            f"recompute (publish_mode changes_only): every row of the {len(plan.partitions):,} partitions below is "
-            f"re-derived by {plan.request.source.sql} into staging, then published by one MERGE on the keys ({keys}, "
-            "null-safe) limited by a range literal that writes only the rows that differ: changed rows are updated, "
-            "new keys inserted and target rows in range whose key is not staged deleted, leaving the same rows as a "
-            "replaceWhere; duplicate keys on either side refuse to publish"
-        )
-
-    def change_rows(self, plan: BackfillPlan, staged=None, diffs=None) -> ChangeRows:
-        """From the diff of the staged rows against the target by key (the same keys and partition column the
-        MERGE matches on): its updated, inserted and deleted rows per planned partition."""
-        if diffs is None:
-            return ChangeRows(merge=True, deletes=None, inserts=None, updates=None)
-        keys = {p.key for p in plan.partitions}
-        chosen = [d for k, d in diffs.items() if k in keys]
-        return ChangeRows(merge=True, deletes=sum(int(d.get("deleted") or 0) for d in chosen),
-                          inserts=sum(int(d.get("inserted") or 0) for d in chosen),
-                          updates=sum(int(d.get("updated") or 0) for d in chosen))
+class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """One MERGE of the staged range into the target, writing only the rows that differ (see the module

@@ -10,19 +10,16 @@ from pyspark.sql import functions as F
 
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import quote_ident, range_predicate
-from backfill_lib.intake.request import Strategy
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
 from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies.base import StrategyImpl
 from backfill_lib.strategies.commit_check import Published
+from backfill_lib.strategies.kinds import PatchKind
 
 
-class Patch(StrategyImpl):
-    name = "patch"
-    kind = Strategy.PATCH
-
+class Patch(PatchKind, StrategyImpl):
     def diff_scope(self, plan: BackfillPlan, current, staged):
         """Only the target's rows with a staged key: a patch stages corrected rows for some keys and keeps every
         other row (unless ``delete_missing``, where the keys it does not stage are deleted)."""
@@ -30,18 +27,6 @@ class Patch(StrategyImpl):
             return current
         keys = [quote_ident(k) for k in plan.request.keys]  # quoted: a name may hold a dot
         return current.join(staged.select(*keys), [current[k].eqNullSafe(staged[k]) for k in keys], "left_semi")
-    replaces_partitions = False
-
-    def describe(self, plan: BackfillPlan) -> str:
-        keys = ", ".join(plan.request.keys)
-        delete = (
-            "; target rows in range whose keys the source no longer has are deleted" if plan.request.delete_missing
-            else "; target rows the source does not name are kept"
-        )
-        return (
-            f"patch: one MERGE on the keys ({keys}, null-safe) limited to the {len(plan.partitions):,} partitions below "
-            f"by a range literal; rows whose values changed are updated and new keys inserted{delete}"
-        )
 
     def merge_condition(self, plan: BackfillPlan) -> str:
         keys = " AND ".join(f"t.{quote_ident(k)} <=> s.{quote_ident(k)}" for k in plan.request.keys)

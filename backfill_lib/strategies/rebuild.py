@@ -9,7 +9,6 @@ from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column
-from backfill_lib.intake.request import Strategy
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.intake.table_checks import check_columns_fit
 from backfill_lib.plan.model import BackfillPlan, Batch
@@ -17,6 +16,7 @@ from backfill_lib.publish.commit import check_fence, find_version, idempotent_co
 from backfill_lib.run.staging import staging_properties
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.strategies.commit_check import Published
+from backfill_lib.strategies.kinds import RebuildKind
 
 #: Table properties Delta maintains and refuses to be given (``DELTA_CANNOT_MODIFY_TABLE_PROPERTY``).
 DELTA_OWNED_PROPERTIES = ("delta.columnMapping.maxColumnId",)
@@ -26,25 +26,12 @@ def _literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-class Rebuild(StrategyImpl):
-    name = "rebuild"
-    kind = Strategy.REBUILD
-    #: its staging table is partitioned like the target, so its writes need the write zone's partition values
-    stages_in_write_zone = True
-
+class Rebuild(RebuildKind, StrategyImpl):
     def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
         """A rebuild may change the schema: its source only has to provide the partition column (of the grain's
         type) and the keys; its columns are taken as they are."""
         check_columns_fit(f"{where}: the source", columns, plan.request)
         return tuple(ColumnCast(c.name, c.type, False) for c in columns)
-
-    def describe(self, plan: BackfillPlan) -> str:
-        return (
-            f"rebuild: the whole table is re-created from {plan.request.source.sql} (new logic or schema) into "
-            f"staging, then swapped in by one CREATE OR REPLACE TABLE ... AS SELECT commit; history is kept, so "
-            f"RESTORE to version {plan.target_version} undoes it; readers see the old or the new table, never neither. "
-            f"All {len(plan.partitions):,} current partitions are touched"
-        )
 
     def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame, staging=None,
               before_write=lambda: None) -> dict[str, int]:

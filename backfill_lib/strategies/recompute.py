@@ -11,34 +11,11 @@ from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.publish.commit import check_fence, find_version, publish_options
 from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies.base import StrategyImpl
-from backfill_lib.strategies.change_feed import ChangeRows
 from backfill_lib.strategies.commit_check import Published, observed, written
+from backfill_lib.strategies.kinds import RecomputeKind
 
 
-def staged_total(plan: BackfillPlan, staged: dict[str, int | None] | None) -> int | None:
-    """The staged rows of the planned partitions (a partition missing from ``staged`` staged none), or ``None``
-    when ``staged`` is ``None`` or holds an unknown count."""
-    if staged is None:
-        return None
-    counts = [staged.get(p.key, 0) for p in plan.partitions]
-    return None if any(n is None for n in counts) else sum(counts)
-
-
-class Recompute(StrategyImpl):
-    name = "recompute"
-    publishing = "one replaceWhere commit"
-
-    def describe(self, plan: BackfillPlan) -> str:
-        return (
-            f"recompute: every row of the {len(plan.partitions):,} partitions below is replaced by the rows "
-            f"{plan.request.source.sql} derives for them, in one replaceWhere commit; rows outside them are never "
-            "written, and a source row outside them fails the run"
-        )
-
-    def change_rows(self, plan: BackfillPlan, staged=None, diffs=None) -> ChangeRows:
-        """A ``replaceWhere`` removes every file in range: a delete per target row in range (the plan's
-        ``numRecords``; the fence keeps them unchanged until the commit) and an insert per staged row."""
-        return ChangeRows(merge=False, deletes=plan.total.rows, inserts=staged_total(plan, staged))
+class Recompute(RecomputeKind, StrategyImpl):
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """Replace exactly the planned partitions with the staged rows (``replaceWhere``), one commit; the rows'

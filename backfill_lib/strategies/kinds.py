@@ -1,0 +1,155 @@
+"""What each strategy is, as the plan and the report need it: its name, traits and dry-run text. Pure.
+
+The Spark side of a strategy (:mod:`backfill_lib.strategies.base` and one module per strategy) extends its kind
+here, so the dry run (:mod:`backfill_lib.plan.explain`) asks the same object the run executes with, and needs no
+Spark: :func:`kind_for` gives the kind, :func:`backfill_lib.strategies.strategy_for` the implementation.
+"""
+
+from __future__ import annotations
+
+from backfill_lib.intake.request import PublishMode, Strategy
+from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.strategies.change_feed import ChangeRows, describe_change_feed
+
+
+def staged_total(plan: BackfillPlan, staged: dict[str, int | None] | None) -> int | None:
+    """The staged rows of the planned partitions (a partition missing from ``staged`` staged none), or ``None``
+    when ``staged`` is ``None`` or holds an unknown count."""
+    if staged is None:
+        return None
+    counts = [staged.get(p.key, 0) for p in plan.partitions]
+    return None if any(n is None for n in counts) else sum(counts)
+
+
+def merge_keys(plan: BackfillPlan) -> tuple[str, ...]:
+    """The columns the MERGE matches rows on: the request's keys and the partition column (so a key that moves
+    to another partition is a delete and an insert, as the diff counts it)."""
+    return tuple(dict.fromkeys([*plan.request.keys, plan.partition_column]))
+
+
+class StrategyKind:
+    """A strategy's traits and dry-run text; the Spark implementation adds staging, publishing and verifying."""
+
+    name = ""
+    #: The request's strategy this implements.
+    kind: Strategy = Strategy.RECOMPUTE
+    #: Whether staged rows replace whole partitions, so row-count gates compare them with the target's rows.
+    replaces_partitions = True
+    #: Whether staging writes in the plan's ``write_time_zone`` (a staging table partitioned like the target's).
+    stages_in_write_zone = False
+    #: The publishing commit, as the Change Data Feed line names it.
+    publishing = "the publishing commit"
+
+    @property
+    def whole_table(self) -> bool:
+        """Whether the run stages, validates and publishes the whole table rather than the range."""
+        return self.kind.whole_table
+
+    def describe(self, plan: BackfillPlan) -> str:
+        raise NotImplementedError
+
+    def always_publishes(self, casts: tuple[ColumnCast, ...]) -> bool:
+        """Whether publishing goes ahead even when every staged partition equals the target's (the diff found
+        no change): when the run adds a column. A rebuild always publishes."""
+        return self.whole_table or any(c.new for c in casts)
+
+    def change_rows(self, plan: BackfillPlan, staged: dict[str, int | None] | None = None,
+                    diffs: dict[str, dict] | None = None) -> ChangeRows | None:
+        """The change rows publishing ``plan`` emits when the target has the Change Data Feed on, from the plan
+        and, once known, ``staged`` (staged rows by partition key) and ``diffs`` (by partition key: ``inserted``,
+        ``deleted``, ``updated`` rows, as the ledger holds them). Default: ``None``, not estimated."""
+        return None
+
+    def change_feed(self, plan: BackfillPlan, staged: dict[str, int | None] | None = None,
+                    diffs: dict[str, dict] | None = None) -> str:
+        """One line on the target's Change Data Feed: off, or on and what publishing emits there."""
+        return describe_change_feed(plan.target_change_data_feed, self.change_rows(plan, staged, diffs), self.publishing)
+
+
+class RecomputeKind(StrategyKind):
+    name = "recompute"
+    publishing = "one replaceWhere commit"
+
+    def describe(self, plan: BackfillPlan) -> str:
+        return (
+            f"recompute: every row of the {len(plan.partitions):,} partitions below is replaced by the rows "
+            f"{plan.request.source.sql} derives for them, in one replaceWhere commit; rows outside them are never "
+            "written, and a source row outside them fails the run"
+        )
+
+    def change_rows(self, plan: BackfillPlan, staged=None, diffs=None) -> ChangeRows:
+        """A ``replaceWhere`` removes every file in range: a delete per target row in range (the plan's
+        ``numRecords``; the fence keeps them unchanged until the commit) and an insert per staged row."""
+        return ChangeRows(merge=False, deletes=plan.total.rows, inserts=staged_total(plan, staged))
+
+
+class RebuildKind(StrategyKind):
+    name = "rebuild"
+    kind = Strategy.REBUILD
+    #: its staging table is partitioned like the target, so its writes need the write zone's partition values
+    stages_in_write_zone = True
+
+    def describe(self, plan: BackfillPlan) -> str:
+        return (
+            f"rebuild: the whole table is re-created from {plan.request.source.sql} (new logic or schema) into "
+            f"staging, then swapped in by one CREATE OR REPLACE TABLE ... AS SELECT commit; history is kept, so "
+            f"RESTORE to version {plan.target_version} undoes it; readers see the old or the new table, never neither. "
+            f"All {len(plan.partitions):,} current partitions are touched"
+        )
+
+
+class PatchKind(StrategyKind):
+    name = "patch"
+    kind = Strategy.PATCH
+    replaces_partitions = False
+
+    def describe(self, plan: BackfillPlan) -> str:
+        keys = ", ".join(plan.request.keys)
+        delete = (
+            "; target rows in range whose keys the source no longer has are deleted" if plan.request.delete_missing
+            else "; target rows the source does not name are kept"
+        )
+        return (
+            f"patch: one MERGE on the keys ({keys}, null-safe) limited to the {len(plan.partitions):,} partitions below "
+            f"by a range literal; rows whose values changed are updated and new keys inserted{delete}"
+        )
+
+
+class ChangesOnlyKind(RecomputeKind):
+    name = "recompute, publish_mode changes_only"
+    publishing = "one MERGE (publish_mode changes_only)"
+
+    def describe(self, plan: BackfillPlan) -> str:
+        keys = ", ".join(merge_keys(plan))
+        return (
+            f"recompute (publish_mode changes_only): every row of the {len(plan.partitions):,} partitions below is "
+            f"re-derived by {plan.request.source.sql} into staging, then published by one MERGE on the keys ({keys}, "
+            "null-safe) limited by a range literal that writes only the rows that differ: changed rows are updated, "
+            "new keys inserted and target rows in range whose key is not staged deleted, leaving the same rows as a "
+            "replaceWhere; duplicate keys on either side refuse to publish"
+        )
+
+    def change_rows(self, plan: BackfillPlan, staged=None, diffs=None) -> ChangeRows:
+        """From the diff of the staged rows against the target by key (the same keys and partition column the
+        MERGE matches on): its updated, inserted and deleted rows per planned partition."""
+        if diffs is None:
+            return ChangeRows(merge=True, deletes=None, inserts=None, updates=None)
+        keys = {p.key for p in plan.partitions}
+        chosen = [d for k, d in diffs.items() if k in keys]
+        return ChangeRows(merge=True, deletes=sum(int(d.get("deleted") or 0) for d in chosen),
+                          inserts=sum(int(d.get("inserted") or 0) for d in chosen),
+                          updates=sum(int(d.get("updated") or 0) for d in chosen))
+
+
+_KINDS: dict[tuple[Strategy, PublishMode], StrategyKind] = {
+    (Strategy.RECOMPUTE, PublishMode.REPLACE): RecomputeKind(),
+    (Strategy.REBUILD, PublishMode.REPLACE): RebuildKind(),
+    (Strategy.PATCH, PublishMode.REPLACE): PatchKind(),
+    (Strategy.RECOMPUTE, PublishMode.CHANGES_ONLY): ChangesOnlyKind(),
+}
+
+
+def kind_for(strategy: Strategy, publish_mode: PublishMode = PublishMode.REPLACE) -> StrategyKind:
+    """The kind of ``strategy`` published in ``publish_mode`` (pure; see :func:`backfill_lib.strategies.strategy_for`)."""
+    return _KINDS.get((strategy, publish_mode)) or _KINDS[(strategy, PublishMode.REPLACE)]
