@@ -8,7 +8,6 @@ validation only reads, publishing is the first and only write to the target, one
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -38,11 +37,11 @@ from backfill_lib.publish.marts import Release
 from backfill_lib.publish.release import check_protected
 from backfill_lib.publish.results import FINISHED, RunResult
 from backfill_lib.publish.rollback import Rollback
-from backfill_lib.publish.stage import Publish, Staged, published_tables
+from backfill_lib.publish.stage import Publish, published_tables
 from backfill_lib.report.run_report import RunOutcome, ledger_outcome, write_run_report
 from backfill_lib.run.ledger import Ledger, run_record
 from backfill_lib.run.source_check import check_source_schema
-from backfill_lib.run.stage import stage
+from backfill_lib.run.stage import Staged, stage
 from backfill_lib.strategies import strategy_for
 from backfill_lib.validate.diff import diff_rows
 from backfill_lib.validate.stage import Validate, Validated, nothing_changes
@@ -123,23 +122,11 @@ class Runner:
             return self.resume(plan.run_id, until=until)
         if plan.source_versions is None:  # a plan not from prepare (a mart's child run): its sources as of now
             plan = replace(plan, source_versions=pin_sources(self.spark, plan.request))
-        with self._durable():
+        with self.ledger.durable():
             record = self.ledger.record_run(run_record(plan), "planned")
             if on_durable:
                 self.ledger.when_committed(self.ledger.recorded(), lambda: on_durable(plan.run_id))
             return self._execute(plan, record, until)
-
-    @contextlib.contextmanager
-    def _durable(self):
-        """Every ledger event of the block is committed when it ends, however it ends (a ledger error does not
-        replace the run's own)."""
-        try:
-            yield
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.ledger.flush()
-            raise
-        self.ledger.flush()
 
     def resume(self, run_id: str, until: str | None = None) -> RunResult:
         """Continue ``run_id`` from the ledger with the plan it stored.
@@ -169,17 +156,9 @@ class Runner:
         if status == "rolled_back":
             raise PublishError(f"run {run_id} was rolled back ({record['message']}); start a new run")
         if status == "rolling_back":  # a rollback or automatic restore was killed: finish it, as it would have
-            intent = json.loads(record["rollback_plan"])
-            blockers = self.rollbacks.blockers(plan, intent)
-            if blockers:
-                raise PublishError(f"run {run_id} is rolling back, refused to continue: {'; '.join(blockers)}; "
-                                   f"RESTORE would undo them too (backfill rollback {run_id} --force restores anyway)")
-            reporter.stage(f"continuing the rollback recorded before: {record['message']}")
-            with self._durable():
-                message = self.rollbacks.finish(plan, record, intent, reporter)
-            raise RolledBackError(f"run {run_id} rolled back: {message}")
+            self.rollbacks.continue_recorded(plan, record, reporter)
         reporter.stage(f"resuming from status {status}")
-        with self._durable():
+        with self.ledger.durable():
             return self._execute(plan, record, until)
 
     def _execute(self, plan: BackfillPlan, record: dict, until: str | None) -> RunResult:
@@ -299,41 +278,8 @@ class Runner:
         return self.resume(run_id)
 
     def rollback(self, run_id: str, by: str, why: str, force: bool = False) -> str:
-        """Restore every table of published run ``run_id`` (marts newest first, then the target) to its
-        pre-publish version, recording ``by`` and ``why`` in the ledger and in the RESTORE commits; return the
-        line to show.
-
-        Idempotent and resumable (:mod:`~backfill_lib.publish.rollback`): a run found ``rolling_back`` continues
-        its recorded plan; a run already ``rolled_back`` is left as it is (the line says so).
-
-        Raises
-        ------
-        PublishError
-            When the run is neither ``published`` nor rolling or rolled back, or (without ``force``) a table
-            still to restore has commits after the run's, which a RESTORE would silently undo; the message names
-            the table and those versions.
-        """
-        self.ledger.ensure()
-        record = self.ledger.run(run_id)
-        status = record["status"]
-        if status == "rolled_back":
-            return f"run {run_id} was already rolled back; nothing to restore ({record['message']})"
-        if status not in ("published", "rolling_back"):
-            raise PublishError(f"run {run_id} is {status}; only a published run can be rolled back")
-        plan = plan_from_summary(json.loads(record["plan_json"]))
-        intent = (json.loads(record["rollback_plan"]) if status == "rolling_back"
-                  else self.rollbacks.plan_for(run_id, record, plan, by, why))
-        blockers = self.rollbacks.blockers(plan, intent)
-        if blockers and not force:
-            raise PublishError(f"rollback of run {run_id} refused: {'; '.join(blockers)}; RESTORE would undo them too "
-                               "(rerun with --force to restore anyway)")
-        reporter = Reporter(self.console, run_id)
-        with self._durable(), session_time_zone(self.spark, plan.session_time_zone, f"run {run_id}"):
-            if status == "rolling_back":
-                reporter.stage(f"continuing the rollback recorded before: {record['message']}")
-            else:
-                record = self.rollbacks.record(record, intent)
-            return f"run {run_id}: rolled back; {self.rollbacks.finish(plan, record, intent, reporter)}"
+        """Restore every table of published run ``run_id``: see :meth:`backfill_lib.publish.rollback.Rollback.rollback`."""
+        return self.rollbacks.rollback(run_id, by, why, force, Reporter(self.console, run_id))
 
     def write_report(self, plan: BackfillPlan, outcome: RunOutcome | None = None) -> None:
         """Write the run's report from ``outcome`` (what the run holds in memory, in the ledger's shapes), else

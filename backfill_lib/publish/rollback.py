@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
+from backfill_lib.adapters.session import session_time_zone
+from backfill_lib.core.errors import PublishError, RolledBackError
 from backfill_lib.core.faults import crash_point
 from backfill_lib.core.progress import Reporter
 from backfill_lib.intake.request import mart_order
@@ -112,3 +114,62 @@ class Rollback:
                 blockers.append(f"table {step['table']} has versions {', '.join(map(str, later))} after this run's "
                                 f"version {step['published_version']}")
         return blockers
+
+    def continue_recorded(self, plan: BackfillPlan, record: dict, reporter: Reporter) -> None:
+        """Finish the rollback recorded for ``record``'s run (status ``rolling_back``: a rollback or automatic
+        restore was killed), as it would have; always raises.
+
+        Raises
+        ------
+        PublishError
+            When a table still to restore has commits after the run's (:meth:`blockers`).
+        RolledBackError
+            Once it is finished, saying what was restored.
+        """
+        run_id = plan.run_id
+        intent = json.loads(record["rollback_plan"])
+        blockers = self.blockers(plan, intent)
+        if blockers:
+            raise PublishError(f"run {run_id} is rolling back, refused to continue: {'; '.join(blockers)}; "
+                               f"RESTORE would undo them too (backfill rollback {run_id} --force restores anyway)")
+        reporter.stage(f"continuing the rollback recorded before: {record['message']}")
+        with self.ledger.durable():
+            message = self.finish(plan, record, intent, reporter)
+        raise RolledBackError(f"run {run_id} rolled back: {message}")
+
+    def rollback(self, run_id: str, by: str, why: str, force: bool, reporter: Reporter) -> str:
+        """Restore every table of published run ``run_id`` (marts newest first, then the target) to its
+        pre-publish version, recording ``by`` and ``why`` in the ledger and in the RESTORE commits; return the
+        line to show. Runs in the run's own time zone.
+
+        Idempotent and resumable: the plan (tables and versions) is recorded (status ``rolling_back``) before the
+        first RESTORE; a run found ``rolling_back`` continues its recorded plan, and a table this run already
+        restored gets no second RESTORE. A run already ``rolled_back`` is left as it is (the line says so).
+
+        Raises
+        ------
+        PublishError
+            When the run is neither ``published`` nor rolling or rolled back, or (without ``force``) a table
+            still to restore has commits after the run's, which a RESTORE would silently undo; the message names
+            the table and those versions.
+        """
+        self.ledger.ensure()
+        record = self.ledger.run(run_id)
+        status = record["status"]
+        if status == "rolled_back":
+            return f"run {run_id} was already rolled back; nothing to restore ({record['message']})"
+        if status not in ("published", "rolling_back"):
+            raise PublishError(f"run {run_id} is {status}; only a published run can be rolled back")
+        plan = plan_from_summary(json.loads(record["plan_json"]))
+        intent = (json.loads(record["rollback_plan"]) if status == "rolling_back"
+                  else self.plan_for(run_id, record, plan, by, why))
+        blockers = self.blockers(plan, intent)
+        if blockers and not force:
+            raise PublishError(f"rollback of run {run_id} refused: {'; '.join(blockers)}; RESTORE would undo them too "
+                               "(rerun with --force to restore anyway)")
+        with self.ledger.durable(), session_time_zone(self.spark, plan.session_time_zone, f"run {run_id}"):
+            if status == "rolling_back":
+                reporter.stage(f"continuing the rollback recorded before: {record['message']}")
+            else:
+                record = self.record(record, intent)
+            return f"run {run_id}: rolled back; {self.finish(plan, record, intent, reporter)}"

@@ -7,6 +7,7 @@ the latest one by ``seq``. Writing is :class:`~backfill_lib.run.ledger.writer.Ev
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -55,6 +56,18 @@ class Ledger(EventWriter):
         self._append("runs", [record if status == "planned" else {**record, "plan_json": None}])
         self._last_run[record["run_id"]] = record
         return record
+
+    @contextlib.contextmanager
+    def durable(self):
+        """Every event recorded in the block is committed when it ends, however it ends (a ledger error then does
+        not replace the block's own)."""
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.flush()
+            raise
+        self.flush()
 
     def last_recorded(self, run_id: str) -> dict | None:
         """The run record :meth:`record_run` last returned for ``run_id`` in this process (no read), or ``None``."""
