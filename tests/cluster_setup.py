@@ -1,4 +1,4 @@
-"""Creates the small tables of ``tests/test_cluster.py`` inside a ``spark-submit`` job.
+"""Creates the small tables of ``tests/e2e/test_cluster.py`` inside a ``spark-submit`` job.
 
 ``spark-submit ... tests/cluster_setup.py DB`` creates ``DB.events`` (``tests.fixtures.TARGET_ROWS``),
 ``DB.events_src`` (:data:`SOURCE`) and the mart ``DB.events_monthly`` in the catalog the spark-submit configuration names (the test passes its own

@@ -10,7 +10,7 @@ from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import GateFailedError
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
-from tests.test_strategies import ID_DT_AMT, request, table
+from tests.strategies.test_strategies import ID_DT_AMT, request, table
 
 D9 = date(2024, 3, 9)
 

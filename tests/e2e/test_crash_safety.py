@@ -30,6 +30,8 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from backfill_lib.core.faults import CONFLICT_ENV, CRASH_ENV, MONITOR_ENV, PAUSE_ENV, PAUSE_FILE_ENV, SIGNAL_ENV
+from tests.conftest import ROOT
+from tests.e2e.test_crash_points import _wait_for_jvm_exit
 from tests.fixtures import (
     D8,
     D9,
@@ -41,9 +43,7 @@ from tests.fixtures import (
     make_monthly,
     with_mart,
 )
-from tests.test_crash_points import _wait_for_jvm_exit
 
-ROOT = Path(__file__).resolve().parent.parent
 ROLL, TERM = "cs_roll", "cs_term"  # the schemas: a target with a mart (rollback), a target alone (SIGTERM)
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100)]  # 2024-03-09 of an in-process test's source
 

@@ -38,11 +38,11 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from backfill_lib.adapters.session import DELTA_CATALOG, DELTA_EXTENSION, LOG4J2_PROPERTIES
+from tests.conftest import ROOT
 from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, with_mart
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parent.parent
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 MASTER = "local-cluster[2,1,1024]"  # 2 workers with 1 core and 1024 MB each: two executor JVMs
 DELTA_PACKAGE = "io.delta:delta-spark_4.1_2.13:4.4.0"

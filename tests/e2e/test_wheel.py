@@ -12,9 +12,8 @@ import subprocess
 import sys
 import venv
 import zipfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
 
 
 #: every command of ``backfill --help``, in its order

@@ -14,9 +14,9 @@ import pytest
 from chispa import assert_df_equality
 
 from backfill_lib.core.faults import CONFLICT_ENV, CRASH_ENV, SIGNAL_ENV
+from tests.conftest import ROOT
 from tests.fixtures import D8, D10, EVENTS_SCHEMA, FULL_EXPECTED, events_request
 
-ROOT = Path(__file__).resolve().parent.parent
 #: crash point -> the BACKFILL_CRASH_AT value (batch-level points die at batch 1, after batch 0 was staged)
 POINTS = {"before_stage": "before_stage:1", "after_stage": "after_stage:1", "after_validate": "after_validate",
           "before_publish": "before_publish", "after_publish": "after_publish"}
