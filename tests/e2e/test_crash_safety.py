@@ -32,20 +32,9 @@ from pyspark.sql import functions as F
 from backfill_lib.core.faults import CONFLICT_ENV, CRASH_ENV, MONITOR_ENV, PAUSE_ENV, PAUSE_FILE_ENV, SIGNAL_ENV
 from tests.conftest import ROOT
 from tests.e2e.test_crash_points import _wait_for_jvm_exit
-from tests.fixtures import (
-    D8,
-    D9,
-    D10,
-    EVENTS_SCHEMA,
-    FULL_EXPECTED,
-    events_request,
-    make_events,
-    make_monthly,
-    with_mart,
-)
+from tests.fixtures import D8, D10, EVENTS_SCHEMA, FULL_EXPECTED, events_request, with_mart
 
 ROLL, TERM = "cs_roll", "cs_term"  # the schemas: a target with a mart (rollback), a target alone (SIGTERM)
-SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100)]  # 2024-03-09 of an in-process test's source
 
 
 def _run_job(home: Path, name: str, commands: list[list[str]], pause: str, sig: int | None) -> tuple[int, str, str]:
@@ -162,79 +151,3 @@ def test_sigterm_to_the_process_group_cancels_and_resume_publishes(spark, story)
     history = _history(spark, path)
     assert [h["version"] for h in history] == [0, 1]  # created, then exactly one publish
     assert json.loads(history[1]["userMetadata"])["run_id"] == "term_me"
-
-
-def test_the_fence_names_the_run_that_published_in_between(spark, settings, db, tmp_path, capsys):
-    from rich.console import Console
-
-    from backfill_lib.cli import main
-    from backfill_lib.runner import Runner, prepare
-
-    make_events(spark, db, SOURCE)
-    runner = Runner(spark, settings, Console(file=open(os.devnull, "w")))
-    first = tmp_path / "first"
-    first.mkdir()
-    waiting, _ = prepare(spark, settings, events_request(first, db))
-    assert runner.run(waiting, until="validate").status == "validated"
-    second = tmp_path / "second"
-    second.mkdir()
-    other, _ = prepare(spark, settings, events_request(second, db))
-    assert runner.run(other).status == "published"  # version 1, in the same partition
-
-    assert main(["publish", waiting.run_id]) == 4
-    err = capsys.readouterr().err
-    assert (f"changed in range since the plan read version 0 (now version 1): partitions 2024-03-09; committed "
-            f"since: publish version 1 by backfill run {other.run_id}; nothing published") in err
-
-
-def test_a_rolled_back_run_rolled_back_again_says_so(spark, settings, db, tmp_path, monkeypatch, capsys):
-    from rich.console import Console
-
-    from backfill_lib.cli import main
-    from backfill_lib.core.errors import RolledBackError
-    from backfill_lib.runner import Runner, prepare
-
-    make_events(spark, db, SOURCE)
-    make_monthly(spark, db)
-    monkeypatch.setenv(MONITOR_ENV, f"{db}.events_monthly")
-    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
-    with pytest.raises(RolledBackError):
-        Runner(spark, settings, Console(file=open(os.devnull, "w"))).run(plan, state)
-    monkeypatch.delenv(MONITOR_ENV)
-    for force in ([], ["--force"]):
-        capsys.readouterr()
-        assert main(["rollback", plan.run_id, "--by", "ana", "--reason", "again", *force]) == 0
-        assert f"run {plan.run_id} was already rolled back; nothing to restore (release failed: " in capsys.readouterr().out
-    # the automatic restore made one RESTORE per table, each recorded in the plan the ledger kept
-    for table in (f"{db}.events", f"{db}.events_monthly"):
-        assert [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {table}").orderBy("version").collect()][1:] == \
-            ["WRITE", "RESTORE"]
-    from backfill_lib.run.ledger import Ledger
-
-    record = Ledger(spark, settings.ledger_schema).run(plan.run_id)
-    assert [(t["table"], t["restore_to"]) for t in json.loads(record["rollback_plan"])["tables"]] == \
-        [(f"{db}.events_monthly", 0), (f"{db}.events", 0)]
-
-
-def test_rollback_skips_a_table_already_back_at_its_pre_publish_content(spark, settings, db, tmp_path):
-    from rich.console import Console
-
-    from backfill_lib.runner import Runner, prepare
-
-    make_events(spark, db, SOURCE)
-    make_monthly(spark, db)
-    runner = Runner(spark, settings, Console(file=open(os.devnull, "w")))
-    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
-    assert runner.run(plan, state).status == "published"
-    spark.sql(f"RESTORE TABLE {db}.events TO VERSION AS OF 0")  # by hand, not by the run: version 2
-
-    line = runner.rollback(plan.run_id, "ana", "undo")  # no --force: version 2 holds version 0's files
-    assert line == (f"run {plan.run_id}: rolled back; rolled back by ana: undo; restored {db}.events_monthly to "
-                    f"version 0, {db}.events to version 0 (already at its content)")
-    history = {t: [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {db}.{t}").orderBy("version").collect()]
-               for t in ("events", "events_monthly")}
-    assert history == {"events": ["CREATE TABLE AS SELECT", "WRITE", "RESTORE"],
-                       "events_monthly": ["CREATE TABLE AS SELECT", "WRITE", "RESTORE"]}
-    for t in ("events", "events_monthly"):
-        assert_df_equality(spark.table(f"{db}.{t}"), spark.read.option("versionAsOf", 0).table(f"{db}.{t}"),
-                           ignore_row_order=True)

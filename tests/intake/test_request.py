@@ -1,10 +1,12 @@
+"""Requests: loaded frozen from YAML, every mistake named by file and field, marts in dependency order (no Spark)."""
+
 from datetime import date
 
 import pydantic
 import pytest
 
 from backfill_lib.core.errors import RequestError
-from backfill_lib.intake.request import load_request
+from backfill_lib.intake.request import BackfillRequest, DateRange, Mart, Source, Target, load_request, mart_order
 from tests.conftest import write_request
 
 DEMO = "conf/backfills/fix_daily_route_delays.yml"
@@ -125,3 +127,41 @@ def test_a_stored_request_without_newer_fields_is_the_same_request():
     assert _same_request(stored, request)
     assert not _same_request({**stored, "owner": "someone@example.com"}, request)
     assert not _same_request({**stored, "unknown_field": 1}, request)
+
+
+def mart(table, *deps):
+    return Mart(table=table, partition_column="month", grain="month", sql="m.sql", keys=["k"], depends_on=deps)
+
+
+def test_marts_run_after_what_they_depend_on_and_cycles_are_refused():
+    ordered = mart_order((mart("d.c", "d.b"), mart("d.a"), mart("d.b", "d.a")))
+    assert [m.table for m in ordered] == ["d.a", "d.b", "d.c"]
+    with pytest.raises(ValueError, match="dependency cycle d.a -> d.b -> d.a"):
+        mart_order((mart("d.a", "d.b"), mart("d.b", "d.a")))
+    with pytest.raises(ValueError, match="d.a depends on d.x, which is not a mart"):
+        mart_order((mart("d.a", "d.x"),))
+
+
+def test_a_monthly_mart_covers_the_months_of_the_range():
+    request = BackfillRequest(name="r", owner="o", reason="why", target=Target(table="d.t", partition_column="dt"),
+                              range=DateRange(start=date(2013, 1, 15), end=date(2013, 3, 2)), strategy="recompute",
+                              source=Source(sql="s.sql"), keys=["k"], marts=[mart("d.m")])
+    child = request.mart_request(request.marts[0])
+    assert (child.range.start, child.range.end) == (date(2013, 1, 1), date(2013, 3, 1))
+    assert (child.target.table, child.strategy.value, child.owner) == ("d.m", "recompute", "o")
+
+
+def test_publish_mode_is_for_recompute_only(tmp_path):
+    sql = tmp_path / "s.sql"
+    sql.write_text("SELECT 1")
+    path = write_request(tmp_path / "p.yml", owner="ana", reason="r", strategy="patch", source={"sql": str(sql)},
+                         target={"table": "s.t", "partition_column": "dt"}, keys=["id"],
+                         range={"start": "2024-03-09", "end": "2024-03-09"}, publish_mode="changes_only")
+    with pytest.raises(RequestError) as err:
+        load_request(path)
+    assert str(err.value) == (f"{path}: field 'publish_mode': changes_only applies to strategy recompute only "
+                              "(got strategy patch)")
+    assert load_request(write_request(tmp_path / "r.yml", owner="ana", reason="r", strategy="recompute",
+                                      source={"sql": str(sql)}, target={"table": "s.t", "partition_column": "dt"},
+                                      keys=["id"], range={"start": "2024-03-09", "end": "2024-03-09"})
+                        ).publish_mode.value == "replace"

@@ -3,10 +3,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from backfill_lib.core.errors import IntakeError, SchemaMismatchError
+from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.table_state import Column, PartitionStats, TableState
 from backfill_lib.intake.request import load_request
-from backfill_lib.intake.schema_guard import ColumnCast, align
 from backfill_lib.plan.explain import explain, human_bytes
 from backfill_lib.plan.model import FALLBACK_BATCH_SIZE, SourceInput, build_plan, plan_from_summary, staging_table_name
 
@@ -124,25 +123,6 @@ def test_explain_shows_counts_edges_and_totals():
     assert "demo.monthly_route_delays: 3 x month (2013-01-01 .. 2013-03-01), recomputed after the target" in text
     assert "2013-04-01 " not in text.split("range")[-1].split("Partitions touched")[-1]
     assert human_bytes(1536) == "1.5 KiB" and human_bytes(12) == "12 B"
-
-
-def test_schema_alignment_widens_and_refuses():
-    target = (Column("id", "bigint"), Column("amt", "decimal(12,2)"), Column("c", "int"))
-    source = (Column("c", "int"), Column("id", "int"), Column("amt", "decimal(10,2)"))
-    assert align(source, target, "s.sql") == (
-        ColumnCast("id", "bigint", True), ColumnCast("amt", "decimal(12,2)", True), ColumnCast("c", "int", False)
-    )
-    with pytest.raises(SchemaMismatchError, match="s.sql: column c is STRING in the source but INT in the target"):
-        align((Column("id", "bigint"), Column("amt", "decimal(12,2)"), Column("c", "string")), target, "s.sql")
-    with pytest.raises(SchemaMismatchError, match="target column c \\(INT\\) is missing from the source"):
-        align(source[1:], target, "s.sql")
-    with pytest.raises(SchemaMismatchError, match="column amt is DECIMAL\\(12,4\\) in the source but DECIMAL\\(12,2\\)"):
-        align((Column("id", "bigint"), Column("amt", "decimal(12,4)"), Column("c", "int")), target, "s.sql")
-    added = align(source + (Column("note", "string"),), target, "s.sql")
-    assert added[-1] == ColumnCast("note", "string", False, new=True)
-    strict = (Column("id", "bigint", nullable=False),) + target[1:]
-    with pytest.raises(SchemaMismatchError, match="key column id is nullable in the source but NOT NULL in the target"):
-        align(source, strict, "s.sql", keys=("id",))
 
 
 def test_hour_grain_cost_reads_deltas_utc_partition_values(tmp_path):

@@ -1,15 +1,20 @@
-"""Release as one unit: a downstream mart under the same run ID, the monitor's automatic RESTORE, rollback,
-history, rollback readiness after VACUUM, and protected tables."""
+"""Release as one unit: a downstream mart under the same run ID, the monitor's automatic RESTORE, rollback (again,
+and of a table already back at its content), history, rollback readiness after VACUUM, retention, and protected
+tables."""
 
 import json
-from datetime import date
+import os
+from datetime import date, timedelta
 
 import pytest
 from chispa import assert_df_equality
 from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version
-from backfill_lib.core.errors import PublishError, RolledBackError
+from backfill_lib.core.errors import PublishError, RequestError, RolledBackError
+from backfill_lib.core.faults import MONITOR_ENV
+from backfill_lib.plan.model import check_run_id
+from backfill_lib.publish.release import check_protected, parse_interval, retention
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
 from tests.fixtures import D9, EVENTS_SCHEMA, events_request, make_events, make_monthly, with_mart
@@ -167,3 +172,73 @@ def test_rollback_stays_possible_for_the_shorter_retention_after_the_commit(spar
     assert until - timedelta(days=2) == committed[1].astimezone(until.tzinfo)
     newest = rollback_until(spark, f"{db}.kept", 2)  # the newest commit's time, from the snapshot: history's
     assert newest - timedelta(days=2) == committed[2].astimezone(newest.tzinfo)
+
+
+def test_retention_is_the_shorter_of_file_and_log_retention():
+    assert parse_interval("interval 1 week") == timedelta(days=7)
+    assert parse_interval("interval 36 hours") == timedelta(hours=36)
+    assert retention({}) == timedelta(days=7)
+    assert retention({"delta.deletedFileRetentionDuration": "interval 60 days",
+                      "delta.logRetentionDuration": "interval 30 days"}) == timedelta(days=30)
+
+
+def test_run_ids_and_protected_tables():
+    assert check_run_id("fix_q1_2013") == "fix_q1_2013"
+    with pytest.raises(RequestError, match="run ID 'a-b' must be"):
+        check_run_id("a-b")
+    check_protected(("prod.sales",), ["prod.sales"], "lead")
+    with pytest.raises(Exception, match="table prod.sales is protected"):
+        check_protected(("PROD.sales",), ["x.y", "prod.sales"], None)
+
+
+def test_a_rolled_back_run_rolled_back_again_says_so(spark, settings, db, tmp_path, monkeypatch, capsys):
+    from rich.console import Console
+
+    from backfill_lib.cli import main
+    from backfill_lib.core.errors import RolledBackError
+    from backfill_lib.runner import Runner, prepare
+
+    make_events(spark, db, SOURCE)
+    make_monthly(spark, db)
+    monkeypatch.setenv(MONITOR_ENV, f"{db}.events_monthly")
+    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
+    with pytest.raises(RolledBackError):
+        Runner(spark, settings, Console(file=open(os.devnull, "w"))).run(plan, state)
+    monkeypatch.delenv(MONITOR_ENV)
+    for force in ([], ["--force"]):
+        capsys.readouterr()
+        assert main(["rollback", plan.run_id, "--by", "ana", "--reason", "again", *force]) == 0
+        assert f"run {plan.run_id} was already rolled back; nothing to restore (release failed: " in capsys.readouterr().out
+    # the automatic restore made one RESTORE per table, each recorded in the plan the ledger kept
+    for table in (f"{db}.events", f"{db}.events_monthly"):
+        assert [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {table}").orderBy("version").collect()][1:] == \
+            ["WRITE", "RESTORE"]
+    from backfill_lib.run.ledger import Ledger
+
+    record = Ledger(spark, settings.ledger_schema).run(plan.run_id)
+    assert [(t["table"], t["restore_to"]) for t in json.loads(record["rollback_plan"])["tables"]] == \
+        [(f"{db}.events_monthly", 0), (f"{db}.events", 0)]
+
+
+def test_rollback_skips_a_table_already_back_at_its_pre_publish_content(spark, settings, db, tmp_path):
+    from rich.console import Console
+
+    from backfill_lib.runner import Runner, prepare
+
+    make_events(spark, db, SOURCE)
+    make_monthly(spark, db)
+    runner = Runner(spark, settings, Console(file=open(os.devnull, "w")))
+    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
+    assert runner.run(plan, state).status == "published"
+    spark.sql(f"RESTORE TABLE {db}.events TO VERSION AS OF 0")  # by hand, not by the run: version 2
+
+    line = runner.rollback(plan.run_id, "ana", "undo")  # no --force: version 2 holds version 0's files
+    assert line == (f"run {plan.run_id}: rolled back; rolled back by ana: undo; restored {db}.events_monthly to "
+                    f"version 0, {db}.events to version 0 (already at its content)")
+    history = {t: [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {db}.{t}").orderBy("version").collect()]
+               for t in ("events", "events_monthly")}
+    assert history == {"events": ["CREATE TABLE AS SELECT", "WRITE", "RESTORE"],
+                       "events_monthly": ["CREATE TABLE AS SELECT", "WRITE", "RESTORE"]}
+    for t in ("events", "events_monthly"):
+        assert_df_equality(spark.table(f"{db}.{t}"), spark.read.option("versionAsOf", 0).table(f"{db}.{t}"),
+                           ignore_row_order=True)

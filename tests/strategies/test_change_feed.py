@@ -13,14 +13,12 @@ from chispa import assert_df_equality
 from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version, read_table_state
-from backfill_lib.core.errors import PublishError, RequestError
-from backfill_lib.intake.request import load_request
+from backfill_lib.core.errors import PublishError
 from backfill_lib.plan.explain import explain
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import Runner, prepare
 from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.change_feed import ChangeRows
-from tests.conftest import write_request
 from tests.fixtures import D9, EVENTS_SCHEMA, TARGET_ROWS, events_request, make_events
 
 #: 2024-03-09 of TARGET_ROWS is (3, 3), (4, 4), (5, 5): key 4 changes, key 5 disappears, key 10 appears
@@ -154,22 +152,6 @@ def test_changes_only_refuses_a_target_with_duplicate_keys_in_range(spark, setti
     assert err.value.exit_code == 4
     assert current_version(spark, f"{db}.events") == before
     assert Ledger(spark, settings.ledger_schema).run(plan.run_id)["status"] == "failed"
-
-
-def test_publish_mode_is_for_recompute_only(tmp_path):
-    sql = tmp_path / "s.sql"
-    sql.write_text("SELECT 1")
-    path = write_request(tmp_path / "p.yml", owner="ana", reason="r", strategy="patch", source={"sql": str(sql)},
-                         target={"table": "s.t", "partition_column": "dt"}, keys=["id"],
-                         range={"start": "2024-03-09", "end": "2024-03-09"}, publish_mode="changes_only")
-    with pytest.raises(RequestError) as err:
-        load_request(path)
-    assert str(err.value) == (f"{path}: field 'publish_mode': changes_only applies to strategy recompute only "
-                              "(got strategy patch)")
-    assert load_request(write_request(tmp_path / "r.yml", owner="ana", reason="r", strategy="recompute",
-                                      source={"sql": str(sql)}, target={"table": "s.t", "partition_column": "dt"},
-                                      keys=["id"], range={"start": "2024-03-09", "end": "2024-03-09"})
-                        ).publish_mode.value == "replace"
 
 
 def test_a_float_that_only_changes_the_sign_of_zero_differs(spark):

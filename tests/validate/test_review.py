@@ -63,35 +63,3 @@ def test_metric_rule_catches_a_decimal_off_by_one(spark, settings, db, tmp_path)
     assert failed.name == "amounts.sum(amt)" and failed.partition == "2024-03-09"
     assert "difference 1" in failed.message
     assert current_version(spark, f"{db}.t") == 0
-
-
-def test_review_then_publish_later_and_the_fence(spark, settings, db, tmp_path, capsys):
-    from backfill_lib.cli import main
-    from backfill_lib.core.errors import FenceError
-
-    D10 = date(2024, 3, 10)
-    table(spark, f"{db}.t", ID_DT_AMT, [(1, D9, 1), (2, D9, 2), (3, D10, 3)])
-    sql = f"SELECT id, dt, amt * 10 AS amt FROM {db}.t WHERE dt >= :range_start AND dt < :range_end"
-    path = request(tmp_path, f"{db}.t", sql)
-    assert main(["run", str(path), "--until", "validate"]) == 0
-    run_id = capsys.readouterr().out.split("run ID: ")[1].split()[0]
-    assert current_version(spark, f"{db}.t") == 0
-    ledger = Ledger(spark, settings.ledger_schema)
-    assert ledger.run(run_id)["status"] == "validated"
-    assert (settings.runs_dir / run_id / "report.html").exists()
-
-    # a commit outside the range does not block; the publish then replaces exactly 2024-03-09
-    spark.createDataFrame([(4, D10, 4)], ID_DT_AMT).write.format("delta").mode("append").saveAsTable(f"{db}.t")
-    assert main(["publish", run_id]) == 0
-    assert sorted(spark.table(f"{db}.t").collect()) == [(1, D9, 10), (2, D9, 20), (3, D10, 3), (4, D10, 4)]
-    assert ledger.run(run_id)["status"] == "published"
-    assert main(["publish", run_id]) == 4  # only a validated run can be published
-
-    # a commit inside the range after validation: the fence refuses and names the partition
-    plan, state = prepare(spark, settings, path)
-    runner(spark, settings).run(plan, state, until="validate")
-    spark.createDataFrame([(5, D9, 5)], ID_DT_AMT).write.format("delta").mode("append").saveAsTable(f"{db}.t")
-    before = current_version(spark, f"{db}.t")
-    with pytest.raises(FenceError, match=r"changed in range since the plan read version 2 \(now version 3\): partitions 2024-03-09"):
-        runner(spark, settings).publish_validated(plan.run_id)
-    assert current_version(spark, f"{db}.t") == before

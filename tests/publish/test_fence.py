@@ -1,0 +1,70 @@
+"""The fence: a validated run publishes later only while its range is as the plan read it, and a refusal names
+the commits made in between (a run that published in between by its run ID)."""
+
+import os
+from datetime import date
+
+import pytest
+
+from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.run.ledger import Ledger
+from backfill_lib.runner import prepare
+from tests.fixtures import D9, events_request, make_events
+from tests.strategies.test_strategies import ID_DT_AMT, request, table
+
+SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100)]  # 2024-03-09 of the source
+
+
+def test_the_fence_names_the_run_that_published_in_between(spark, settings, db, tmp_path, capsys):
+    from rich.console import Console
+
+    from backfill_lib.cli import main
+    from backfill_lib.runner import Runner, prepare
+
+    make_events(spark, db, SOURCE)
+    runner = Runner(spark, settings, Console(file=open(os.devnull, "w")))
+    first = tmp_path / "first"
+    first.mkdir()
+    waiting, _ = prepare(spark, settings, events_request(first, db))
+    assert runner.run(waiting, until="validate").status == "validated"
+    second = tmp_path / "second"
+    second.mkdir()
+    other, _ = prepare(spark, settings, events_request(second, db))
+    assert runner.run(other).status == "published"  # version 1, in the same partition
+
+    assert main(["publish", waiting.run_id]) == 4
+    err = capsys.readouterr().err
+    assert (f"changed in range since the plan read version 0 (now version 1): partitions 2024-03-09; committed "
+            f"since: publish version 1 by backfill run {other.run_id}; nothing published") in err
+
+
+def test_review_then_publish_later_and_the_fence(spark, settings, db, tmp_path, capsys):
+    from backfill_lib.cli import main
+    from backfill_lib.core.errors import FenceError
+
+    D10 = date(2024, 3, 10)
+    table(spark, f"{db}.t", ID_DT_AMT, [(1, D9, 1), (2, D9, 2), (3, D10, 3)])
+    sql = f"SELECT id, dt, amt * 10 AS amt FROM {db}.t WHERE dt >= :range_start AND dt < :range_end"
+    path = request(tmp_path, f"{db}.t", sql)
+    assert main(["run", str(path), "--until", "validate"]) == 0
+    run_id = capsys.readouterr().out.split("run ID: ")[1].split()[0]
+    assert current_version(spark, f"{db}.t") == 0
+    ledger = Ledger(spark, settings.ledger_schema)
+    assert ledger.run(run_id)["status"] == "validated"
+    assert (settings.runs_dir / run_id / "report.html").exists()
+
+    # a commit outside the range does not block; the publish then replaces exactly 2024-03-09
+    spark.createDataFrame([(4, D10, 4)], ID_DT_AMT).write.format("delta").mode("append").saveAsTable(f"{db}.t")
+    assert main(["publish", run_id]) == 0
+    assert sorted(spark.table(f"{db}.t").collect()) == [(1, D9, 10), (2, D9, 20), (3, D10, 3), (4, D10, 4)]
+    assert ledger.run(run_id)["status"] == "published"
+    assert main(["publish", run_id]) == 4  # only a validated run can be published
+
+    # a commit inside the range after validation: the fence refuses and names the partition
+    plan, state = prepare(spark, settings, path)
+    runner(spark, settings).run(plan, state, until="validate")
+    spark.createDataFrame([(5, D9, 5)], ID_DT_AMT).write.format("delta").mode("append").saveAsTable(f"{db}.t")
+    before = current_version(spark, f"{db}.t")
+    with pytest.raises(FenceError, match=r"changed in range since the plan read version 2 \(now version 3\): partitions 2024-03-09"):
+        runner(spark, settings).publish_validated(plan.run_id)
+    assert current_version(spark, f"{db}.t") == before
