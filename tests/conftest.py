@@ -1,7 +1,11 @@
-"""One SparkSession for the whole test run, built through the product's own embedded default."""
+"""One SparkSession for the whole test run, built through the product's own embedded default, and the Runner
+fixtures on it.
+
+Every folder of tests/ shares this session: no other conftest creates one."""
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from pathlib import Path
@@ -47,3 +51,28 @@ def write_request(path: Path, **fields) -> Path:
     """Write a request YAML with ``fields`` (nested dicts allowed) and return its path."""
     path.write_text(yaml.safe_dump(fields, sort_keys=False, default_flow_style=False))
     return path
+
+
+def quiet_runner(spark, settings, **changes):
+    """A new :class:`backfill_lib.runner.Runner` on ``spark`` and ``settings`` (with ``changes`` applied, e.g.
+    ``protected_tables=(...)``) whose console prints nowhere."""
+    from rich.console import Console
+
+    from backfill_lib.runner import Runner
+
+    if changes:
+        settings = settings.model_copy(update=changes)
+    return Runner(spark, settings, Console(file=open(os.devnull, "w")))
+
+
+@pytest.fixture
+def make_runner(spark, settings):
+    """``make_runner(**changes)``: a new quiet Runner per call (as a new process would have one), on the session's
+    ``settings`` with ``changes`` applied."""
+    return functools.partial(quiet_runner, spark, settings)
+
+
+@pytest.fixture
+def runner(make_runner):
+    """A quiet Runner on the session's ``spark`` and ``settings``."""
+    return make_runner()

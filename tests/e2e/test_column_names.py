@@ -42,7 +42,7 @@ def test_a_dotted_column_name_works_end_to_end(spark, settings, db, tmp_path):
     assert [c.success for c in result.checks if c.kind == "post_publish"] == [True, True]
 
 
-def test_a_column_mapped_target_with_spaces_works_end_to_end(spark, settings, db, tmp_path):
+def test_a_column_mapped_target_with_spaces_works_end_to_end(spark, settings, db, tmp_path, runner):
     cols = "`order id` INT, `unit price` INT, `order date` DATE"
     spark.sql(f"CREATE TABLE {db}.mapped ({cols}) USING delta PARTITIONED BY (`order date`) TBLPROPERTIES "
               "('delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')")
@@ -71,7 +71,7 @@ def test_a_column_mapped_target_with_spaces_works_end_to_end(spark, settings, db
         "written_rows_and_checksum_equal_staging", "rows_equal_staging_and_files_replaced"]
     assert all(c.success for c in result.checks)
 
-    runner(spark, settings).rollback(result.plan.run_id, "ana", "test rollback")
+    runner.rollback(result.plan.run_id, "ana", "test rollback")
     assert_df_equality(spark.table(f"{db}.mapped"), spark.createDataFrame(original, cols), ignore_row_order=True)
     assert current_version(spark, f"{db}.mapped") == before + 2
 

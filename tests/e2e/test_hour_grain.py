@@ -9,12 +9,11 @@ from datetime import datetime, timezone
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql.types import IntegerType, StructField, StructType, TimestampType
-from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import StrayRowsError
 from backfill_lib.run.ledger import Ledger
-from backfill_lib.runner import Runner, prepare
+from backfill_lib.runner import prepare
 from tests.conftest import write_request
 
 HITS = StructType([StructField("id", IntegerType(), False), StructField("h", TimestampType(), True),
@@ -55,7 +54,7 @@ def make_hits(spark, db):
 
 
 def test_hourly_recompute_across_spring_forward_publishes_with_every_check_keyed_by_local_hour(
-    spark, settings, db, tmp_path
+    spark, settings, db, tmp_path, runner
 ):
     make_hits(spark, db)
     sql = f"SELECT id, h, v * 10 AS v FROM {db}.hits_src WHERE h >= :range_start AND h < :range_end"
@@ -65,7 +64,7 @@ def test_hourly_recompute_across_spring_forward_publishes_with_every_check_keyed
     assert plan.partitions[2].key == "2024-03-10T03:00:00-07:00"  # 02:00 does not exist that night
     assert (plan.partitions[2].current.rows, plan.total.rows) == (2, 3)
 
-    result = Runner(spark, settings, Console(file=open("/dev/null", "w"))).run(plan, state)
+    result = runner.run(plan, state)
 
     assert result.status == "published"
     failed = [c for c in result.checks if not c.success]
@@ -99,10 +98,10 @@ def test_hourly_recompute_across_spring_forward_publishes_with_every_check_keyed
     assert_df_equality(spark.table(f"{db}.hits"), expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_hourly_stray_rows_are_named_by_local_hour_and_nothing_is_written(spark, settings, db, tmp_path):
+def test_hourly_stray_rows_are_named_by_local_hour_and_nothing_is_written(spark, settings, db, tmp_path, runner):
     make_hits(spark, db)
     plan, state = prepare(spark, settings, hits_request(tmp_path, db, f"SELECT * FROM {db}.hits_src"))
     with pytest.raises(StrayRowsError, match=r"partition 2024-03-09T23:00:00-08:00 \(1 row\), "
                                              r"2024-03-11T00:00:00-07:00 \(1 row\); nothing written"):
-        Runner(spark, settings, Console(file=open("/dev/null", "w"))).run(plan, state)
+        runner.run(plan, state)
     assert current_version(spark, f"{db}.hits") == 0

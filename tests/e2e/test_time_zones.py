@@ -19,7 +19,7 @@ from backfill_lib.cli import main
 from backfill_lib.core.errors import IntakeError
 from backfill_lib.plan.explain import explain
 from backfill_lib.run.ledger import Ledger
-from backfill_lib.runner import Runner, prepare
+from backfill_lib.runner import prepare
 from tests.conftest import write_request
 
 ZONE = "spark.sql.session.timeZone"
@@ -37,10 +37,6 @@ def session_zone(spark, name):
 
 def utc(day: int, hour: int, minute: int = 0, month: int = 3) -> datetime:
     return datetime(2024, month, day, hour, minute, tzinfo=timezone.utc)
-
-
-def quiet():
-    return Console(file=open("/dev/null", "w"))
 
 
 # --- a DATE partition derived with to_date(ts), request in Asia/Kolkata (UTC+05:30), settings in UTC -----------
@@ -74,14 +70,15 @@ def make_orders(spark, db):
         .saveAsTable(f"{db}.orders_src")
 
 
-def test_request_zone_derives_local_dates_whatever_the_settings_zone(spark, settings, db, tmp_path, capsys):
+def test_request_zone_derives_local_dates_whatever_the_settings_zone(spark, settings, db, tmp_path, capsys,
+                                                                      make_runner):
     make_orders(spark, db)
     in_utc = settings.model_copy(update={"time_zone": "UTC"})
     with session_zone(spark, "UTC"):
         plan, state = prepare(spark, in_utc, orders_request(tmp_path, db))
         assert spark.conf.get(ZONE) == "UTC"  # prepare put the session's zone back
         assert plan.session_time_zone == "Asia/Kolkata"
-        result = Runner(spark, in_utc, quiet()).run(plan, state)
+        result = make_runner(time_zone="UTC").run(plan, state)
         assert spark.conf.get(ZONE) == "UTC"
 
     assert result.status == "published"
@@ -122,7 +119,7 @@ FALL_BACK = [(1, utc(26, 23, month=OCT), 1), (2, utc(27, 0, month=OCT), 2), (3, 
              (4, utc(27, 1, month=OCT), 4), (5, utc(27, 2, month=OCT), 5)]
 
 
-def test_fall_back_hours_keep_their_own_partitions_in_a_dst_session(spark, settings, db, tmp_path):
+def test_fall_back_hours_keep_their_own_partitions_in_a_dst_session(spark, settings, db, tmp_path, make_runner):
     with session_zone(spark, "UTC"):  # so that the tables start with both repeated hours apart
         for name in ("hits", "hits_src"):
             spark.createDataFrame(FALL_BACK, HITS).write.format("delta").partitionBy("h").saveAsTable(f"{db}.{name}")
@@ -140,7 +137,7 @@ def test_fall_back_hours_keep_their_own_partitions_in_a_dst_session(spark, setti
         assert len(plan.partitions) == 25  # the fall-back day
         assert [p.key for p in plan.partitions[2:4]] == ["2024-10-27T02:00:00+02:00", "2024-10-27T02:00:00+01:00"]
         assert [p.current.rows for p in plan.partitions[1:4]] == [1, 2, 1]
-        result = Runner(spark, berlin, quiet()).run(plan, state)
+        result = make_runner(time_zone="Europe/Berlin").run(plan, state)
         assert spark.conf.get(ZONE) == "Europe/Berlin"
 
     assert result.status == "published"

@@ -5,7 +5,6 @@ import json
 
 import pytest
 from chispa import assert_df_equality
-from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import SourceChangedError
@@ -13,12 +12,8 @@ from backfill_lib.plan.model import SourceVersion
 from backfill_lib.plan.source_pins import pin_versions
 from backfill_lib.run import batch_stager
 from backfill_lib.run.ledger import Ledger
-from backfill_lib.runner import Runner, prepare
+from backfill_lib.runner import prepare
 from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, FULL_SOURCE, events_request, make_events
-
-
-def runner(spark, settings):
-    return Runner(spark, settings, Console(file=open("/dev/null", "w")))
 
 
 def request_with_rules(tmp_path, db, **extra):
@@ -62,7 +57,7 @@ def test_pin_versions_rewrites_delta_tables_only(spark, db):
 
 
 def test_a_row_added_after_staging_is_not_published_and_the_change_is_reported(spark, settings, db, tmp_path,
-                                                                               monkeypatch):
+                                                                               monkeypatch, runner):
     make_events(spark, db, FULL_SOURCE)
     plan, state = prepare(spark, settings, request_with_rules(tmp_path, db), run_id="snap_within_1")
     location = spark.sql(f"DESCRIBE DETAIL {db}.events_src").first()["location"]
@@ -76,7 +71,7 @@ def test_a_row_added_after_staging_is_not_published_and_the_change_is_reported(s
         real(name, batch)
 
     monkeypatch.setattr(batch_stager, "crash_point", add_row_after_staging)
-    result = runner(spark, settings).run(plan, state)
+    result = runner.run(plan, state)
 
     assert (result.status, result.published_version) == ("published", 1)
     assert current_version(spark, f"{db}.events_src") == 1
@@ -104,14 +99,14 @@ def test_a_row_added_after_staging_is_not_published_and_the_change_is_reported(s
     assert f"source_snapshot {db}.events_src failed on the range: source {db}.events_src changed" in report
 
 
-def test_changes_outside_the_range_are_not_a_source_change(spark, settings, db, tmp_path):
+def test_changes_outside_the_range_are_not_a_source_change(spark, settings, db, tmp_path, make_runner):
     make_events(spark, db, FULL_SOURCE)
     plan, state = prepare(spark, settings, request_with_rules(tmp_path, db), run_id="snap_outside_1")
-    assert runner(spark, settings).run(plan, state, until="validate").status == "validated"
+    assert make_runner().run(plan, state, until="validate").status == "validated"
     add_source_row(spark, db, (10, D11, 1))  # the day after the range
     spark.sql(f"ALTER TABLE {db}.events_src SET TBLPROPERTIES ('x' = '1')")  # no data
 
-    result = runner(spark, settings).publish_validated("snap_outside_1")
+    result = make_runner().publish_validated("snap_outside_1")
 
     assert result.status == "published"
     [snap] = [c for c in result.checks if c.kind == "source_snapshot"]
@@ -119,16 +114,16 @@ def test_changes_outside_the_range_are_not_a_source_change(spark, settings, db, 
     assert snap.message == f"{db}.events_src has versions 1..2 after the pinned version 0, none changing the files the run read"
 
 
-def test_refuse_exits_4_naming_the_source_and_publishes_nothing(spark, settings, db, tmp_path):
+def test_refuse_exits_4_naming_the_source_and_publishes_nothing(spark, settings, db, tmp_path, make_runner):
     make_events(spark, db, FULL_SOURCE)
     request = request_with_rules(tmp_path, db, on_source_change="refuse")
     plan, state = prepare(spark, settings, request, run_id="snap_refuse_1")
-    assert runner(spark, settings).run(plan, state, until="validate").status == "validated"
+    assert make_runner().run(plan, state, until="validate").status == "validated"
     spark.sql(f"DELETE FROM {db}.events_src WHERE id = 3")  # in range: 2024-03-09
     target_before = current_version(spark, f"{db}.events")
 
     with pytest.raises(SourceChangedError) as caught:
-        runner(spark, settings).publish_validated("snap_refuse_1")
+        make_runner().publish_validated("snap_refuse_1")
 
     assert caught.value.exit_code == 4
     assert str(caught.value) == (
@@ -139,11 +134,11 @@ def test_refuse_exits_4_naming_the_source_and_publishes_nothing(spark, settings,
     assert Ledger(spark, settings.ledger_schema).run("snap_refuse_1")["status"] == "failed"
 
 
-def test_a_resume_stages_from_the_pinned_version(spark, settings, db, tmp_path, monkeypatch):
+def test_a_resume_stages_from_the_pinned_version(spark, settings, db, tmp_path, monkeypatch, make_runner):
     make_events(spark, db, FULL_SOURCE)
     request = request_with_rules(tmp_path, db, batch_size=1, concurrency=1)
     plan, state = prepare(spark, settings, request, run_id="snap_resume_1")
-    first = runner(spark, settings)
+    first = make_runner()
     real = batch_stager.crash_point
 
     def cancel_after_first_batch(name, batch=None):
@@ -158,7 +153,7 @@ def test_a_resume_stages_from_the_pinned_version(spark, settings, db, tmp_path, 
     add_source_row(spark, db, (10, D9, 1))  # in batches not yet staged
     add_source_row(spark, db, (11, D10, 1))
 
-    resumed = runner(spark, settings).resume("snap_resume_1")
+    resumed = make_runner().resume("snap_resume_1")
 
     assert resumed.plan.source_versions == plan.source_versions
     assert resumed.status == "published"
@@ -170,13 +165,13 @@ def test_a_resume_stages_from_the_pinned_version(spark, settings, db, tmp_path, 
     assert snap.message.endswith("versions 1, 2 changed its data in the run's range")
 
 
-def test_a_validated_run_published_later_keeps_its_pinned_rows(spark, settings, db, tmp_path):
+def test_a_validated_run_published_later_keeps_its_pinned_rows(spark, settings, db, tmp_path, make_runner):
     make_events(spark, db, FULL_SOURCE)
     plan, state = prepare(spark, settings, request_with_rules(tmp_path, db), run_id="snap_later_1")
-    assert runner(spark, settings).run(plan, state, until="validate").status == "validated"
+    assert make_runner().run(plan, state, until="validate").status == "validated"
     add_source_row(spark, db, (10, D8, 5))
 
-    result = runner(spark, settings).publish_validated("snap_later_1")
+    result = make_runner().publish_validated("snap_later_1")
 
     assert (result.status, result.plan.source_versions) == ("published", plan.source_versions)
     assert_df_equality(spark.table(f"{db}.events"), source_as_of_pin(spark), ignore_row_order=True,

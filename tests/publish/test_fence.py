@@ -1,7 +1,6 @@
 """The fence: a validated run publishes later only while its range is as the plan read it, and a refusal names
 the commits made in between (a run that published in between by its run ID)."""
 
-import os
 from datetime import date
 
 import pytest
@@ -15,14 +14,11 @@ from tests.strategies.test_strategies import ID_DT_AMT, request, table
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100)]  # 2024-03-09 of the source
 
 
-def test_the_fence_names_the_run_that_published_in_between(spark, settings, db, tmp_path, capsys):
-    from rich.console import Console
-
+def test_the_fence_names_the_run_that_published_in_between(spark, settings, db, tmp_path, capsys, runner):
     from backfill_lib.cli import main
-    from backfill_lib.runner import Runner, prepare
+    from backfill_lib.runner import prepare
 
     make_events(spark, db, SOURCE)
-    runner = Runner(spark, settings, Console(file=open(os.devnull, "w")))
     first = tmp_path / "first"
     first.mkdir()
     waiting, _ = prepare(spark, settings, events_request(first, db))
@@ -38,7 +34,7 @@ def test_the_fence_names_the_run_that_published_in_between(spark, settings, db, 
             f"since: publish version 1 by backfill run {other.run_id}; nothing published") in err
 
 
-def test_review_then_publish_later_and_the_fence(spark, settings, db, tmp_path, capsys):
+def test_review_then_publish_later_and_the_fence(spark, settings, db, tmp_path, capsys, make_runner):
     from backfill_lib.cli import main
     from backfill_lib.core.errors import FenceError
 
@@ -62,9 +58,9 @@ def test_review_then_publish_later_and_the_fence(spark, settings, db, tmp_path, 
 
     # a commit inside the range after validation: the fence refuses and names the partition
     plan, state = prepare(spark, settings, path)
-    runner(spark, settings).run(plan, state, until="validate")
+    make_runner().run(plan, state, until="validate")
     spark.createDataFrame([(5, D9, 5)], ID_DT_AMT).write.format("delta").mode("append").saveAsTable(f"{db}.t")
     before = current_version(spark, f"{db}.t")
     with pytest.raises(FenceError, match=r"changed in range since the plan read version 2 \(now version 3\): partitions 2024-03-09"):
-        runner(spark, settings).publish_validated(plan.run_id)
+        make_runner().publish_validated(plan.run_id)
     assert current_version(spark, f"{db}.t") == before

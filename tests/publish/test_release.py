@@ -3,12 +3,10 @@ and of a table already back at its content), history, rollback readiness after V
 tables."""
 
 import json
-import os
 from datetime import date, timedelta
 
 import pytest
 from chispa import assert_df_equality
-from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import PublishError, RequestError, RolledBackError
@@ -16,7 +14,7 @@ from backfill_lib.core.faults import MONITOR_ENV
 from backfill_lib.plan.model import check_run_id
 from backfill_lib.publish.release import check_protected, parse_interval, retention
 from backfill_lib.run.ledger import Ledger
-from backfill_lib.runner import Runner, prepare
+from backfill_lib.runner import prepare
 from tests.fixtures import D9, EVENTS_SCHEMA, events_request, make_events, make_monthly, with_mart
 
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100)]
@@ -28,20 +26,16 @@ def make_tables(spark, db):
     make_monthly(spark, db)
 
 
-def runner(spark, settings, **changes):
-    return Runner(spark, settings.model_copy(update=changes), Console(file=open("/dev/null", "w")))
-
-
 def snapshot(spark, table, version):
     return spark.read.option("versionAsOf", version).table(table)
 
 
-def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, settings, db, tmp_path, capsys):
+def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, settings, db, tmp_path, capsys, runner):
     from backfill_lib.cli import main
 
     make_tables(spark, db)
     plan, state = prepare(spark, settings, with_mart(tmp_path, db))
-    result = runner(spark, settings).run(plan, state)
+    result = runner.run(plan, state)
 
     assert result.status == "published" and [m.status for m in result.marts] == ["published"]
     mart = result.marts[0]
@@ -71,14 +65,14 @@ def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, set
     assert "rollback" in out and "publish" in out
 
 
-def test_monitor_failure_restores_target_and_mart_newest_first(spark, settings, db, tmp_path, monkeypatch):
+def test_monitor_failure_restores_target_and_mart_newest_first(spark, settings, db, tmp_path, monkeypatch, runner):
     from backfill_lib.core.faults import MONITOR_ENV
 
     make_tables(spark, db)
     monkeypatch.setenv(MONITOR_ENV, f"{db}.events_monthly")
     plan, state = prepare(spark, settings, with_mart(tmp_path, db))
     with pytest.raises(RolledBackError, match=rf"restored {db}.events_monthly to version 0, {db}.events to version 0"):
-        runner(spark, settings).run(plan, state)
+        runner.run(plan, state)
 
     for table in (f"{db}.events", f"{db}.events_monthly"):
         assert current_version(spark, table) == 2  # 0 created, 1 published, 2 restored
@@ -88,23 +82,23 @@ def test_monitor_failure_restores_target_and_mart_newest_first(spark, settings, 
     assert ledger.run(f"{plan.run_id}__m0")["status"] == "rolled_back"
 
 
-def test_rollback_refuses_when_a_later_commit_touched_the_target(spark, settings, db, tmp_path):
+def test_rollback_refuses_when_a_later_commit_touched_the_target(spark, settings, db, tmp_path, make_runner):
     make_tables(spark, db)
     plan, state = prepare(spark, settings, with_mart(tmp_path, db))
-    runner(spark, settings).run(plan, state)
+    make_runner().run(plan, state)
     spark.sql(f"INSERT INTO {db}.events VALUES (99, DATE'2024-03-11', 99)")  # version 2
 
     with pytest.raises(PublishError, match=rf"table {db}.events has versions 2 after this run's version 1"):
-        runner(spark, settings).rollback(plan.run_id, "ana", "test")
+        make_runner().rollback(plan.run_id, "ana", "test")
     assert current_version(spark, f"{db}.events") == 2
-    runner(spark, settings).rollback(plan.run_id, "ana", "test", force=True)
+    make_runner().rollback(plan.run_id, "ana", "test", force=True)
     assert_df_equality(spark.table(f"{db}.events"), snapshot(spark, f"{db}.events", 0), ignore_row_order=True)
 
 
-def test_publish_refused_when_vacuum_removed_files_of_the_validated_version(spark, settings, db, tmp_path):
+def test_publish_refused_when_vacuum_removed_files_of_the_validated_version(spark, settings, db, tmp_path, make_runner):
     make_events(spark, db, SOURCE)
     plan, state = prepare(spark, settings, events_request(tmp_path, db))
-    assert runner(spark, settings).run(plan, state, until="validate").status == "validated"
+    assert make_runner().run(plan, state, until="validate").status == "validated"
     (spark.createDataFrame([(1, date(2024, 3, 8), 5)], EVENTS_SCHEMA).write.format("delta").mode("overwrite")
      .option("replaceWhere", "dt = DATE'2024-03-08'").saveAsTable(f"{db}.events"))  # outside the range: version 1
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
@@ -116,14 +110,14 @@ def test_publish_refused_when_vacuum_removed_files_of_the_validated_version(spar
     vacuumed = current_version(spark, f"{db}.events")  # VACUUM logs its own start and end commits
     with pytest.raises(PublishError, match=rf"rollback readiness: table {db}.events version 0 \(the version this run "
                                            r"was validated against\) can no longer be restored: 1 of its data files"):
-        runner(spark, settings).publish_validated(plan.run_id)
+        make_runner().publish_validated(plan.run_id)
     assert current_version(spark, f"{db}.events") == vacuumed
 
 
-def test_protected_table_needs_an_approver_recorded_in_ledger_and_commit(spark, settings, db, tmp_path):
+def test_protected_table_needs_an_approver_recorded_in_ledger_and_commit(spark, settings, db, tmp_path, make_runner):
     make_events(spark, db, SOURCE)
     plan, state = prepare(spark, settings, events_request(tmp_path, db))
-    guarded = runner(spark, settings, protected_tables=(f"{db}.events",))
+    guarded = make_runner(protected_tables=(f"{db}.events",))
     with pytest.raises(PublishError, match=rf"table {db}.events is protected .* needs --approve NAME"):
         guarded.run(plan, state)
     assert current_version(spark, f"{db}.events") == 0
@@ -191,19 +185,17 @@ def test_run_ids_and_protected_tables():
         check_protected(("PROD.sales",), ["x.y", "prod.sales"], None)
 
 
-def test_a_rolled_back_run_rolled_back_again_says_so(spark, settings, db, tmp_path, monkeypatch, capsys):
-    from rich.console import Console
-
+def test_a_rolled_back_run_rolled_back_again_says_so(spark, settings, db, tmp_path, monkeypatch, capsys, runner):
     from backfill_lib.cli import main
     from backfill_lib.core.errors import RolledBackError
-    from backfill_lib.runner import Runner, prepare
+    from backfill_lib.runner import prepare
 
     make_events(spark, db, SOURCE)
     make_monthly(spark, db)
     monkeypatch.setenv(MONITOR_ENV, f"{db}.events_monthly")
     plan, state = prepare(spark, settings, with_mart(tmp_path, db))
     with pytest.raises(RolledBackError):
-        Runner(spark, settings, Console(file=open(os.devnull, "w"))).run(plan, state)
+        runner.run(plan, state)
     monkeypatch.delenv(MONITOR_ENV)
     for force in ([], ["--force"]):
         capsys.readouterr()
@@ -220,14 +212,11 @@ def test_a_rolled_back_run_rolled_back_again_says_so(spark, settings, db, tmp_pa
         [(f"{db}.events_monthly", 0), (f"{db}.events", 0)]
 
 
-def test_rollback_skips_a_table_already_back_at_its_pre_publish_content(spark, settings, db, tmp_path):
-    from rich.console import Console
-
-    from backfill_lib.runner import Runner, prepare
+def test_rollback_skips_a_table_already_back_at_its_pre_publish_content(spark, settings, db, tmp_path, runner):
+    from backfill_lib.runner import prepare
 
     make_events(spark, db, SOURCE)
     make_monthly(spark, db)
-    runner = Runner(spark, settings, Console(file=open(os.devnull, "w")))
     plan, state = prepare(spark, settings, with_mart(tmp_path, db))
     assert runner.run(plan, state).status == "published"
     spark.sql(f"RESTORE TABLE {db}.events TO VERSION AS OF 0")  # by hand, not by the run: version 2

@@ -6,12 +6,11 @@ from datetime import date
 
 import pytest
 from chispa import assert_df_equality
-from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import ConflictError
 from backfill_lib.run.ledger import Ledger
-from backfill_lib.runner import Runner, prepare
+from backfill_lib.runner import prepare
 from tests.fixtures import (
     D8,
     D9,
@@ -28,27 +27,23 @@ from tests.fixtures import (
 SOURCE, EXPECTED = FULL_SOURCE, FULL_EXPECTED
 
 
-def runner(spark, settings, **changes):
-    return Runner(spark, settings.model_copy(update=changes), Console(file=open("/dev/null", "w")))
-
-
-def test_same_request_and_run_id_twice_writes_once(spark, settings, db, tmp_path):
+def test_same_request_and_run_id_twice_writes_once(spark, settings, db, tmp_path, make_runner):
     make_events(spark, db, [(3, D9, 1), (4, D9, 2), (5, D9, 3)])
     path = events_request(tmp_path, db)
     plan, state = prepare(spark, settings, path, run_id="same_id_1")
-    first = runner(spark, settings).run(plan, state)
+    first = make_runner().run(plan, state)
     version = current_version(spark, f"{db}.events")
     assert (first.status, first.published_version, version) == ("published", 1, 1)
 
     plan2, state2 = prepare(spark, settings, path, run_id="same_id_1")
-    second = runner(spark, settings).run(plan2, state2)
+    second = make_runner().run(plan2, state2)
     assert (second.status, second.published_version) == ("published", 1)
     assert current_version(spark, f"{db}.events") == 1  # no new version
     assert spark.table(f"{db}.events").where("dt = DATE'2024-03-09'").count() == 3  # not 6
 
 
 def test_a_resume_that_lost_the_publishing_event_finds_its_commit_instead_of_committing_again(spark, settings, db,
-                                                                                               tmp_path):
+                                                                                               tmp_path, make_runner):
     # The publishing event is written behind the commit, so a crash can leave the ledger at "validated" with the
     # commit made: the resumed run must find that commit, neither refusing at the fence nor committing twice.
     from backfill_lib.runner import check_source_schema
@@ -56,37 +51,37 @@ def test_a_resume_that_lost_the_publishing_event_finds_its_commit_instead_of_com
 
     make_events(spark, db, SOURCE)
     plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D8, end=D10), run_id="lost_event_1")
-    assert runner(spark, settings).run(plan, state, until="validate").status == "validated"
+    assert make_runner().run(plan, state, until="validate").status == "validated"
     strategy_for(plan.strategy).publish(spark, plan, check_source_schema(spark, plan))  # committed, not recorded
     assert current_version(spark, f"{db}.events") == 1
 
-    resumed = runner(spark, settings).resume("lost_event_1")
+    resumed = make_runner().resume("lost_event_1")
     assert (resumed.status, resumed.pre_publish_version, resumed.published_version) == ("published", 0, 1)
     assert current_version(spark, f"{db}.events") == 1
     assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(EXPECTED, EVENTS_SCHEMA),
                        ignore_row_order=True, ignore_nullable=True)
 
 
-def test_run_id_of_another_request_is_refused(spark, settings, db, tmp_path):
+def test_run_id_of_another_request_is_refused(spark, settings, db, tmp_path, make_runner):
     from backfill_lib.core.errors import RequestError
 
     make_events(spark, db, [(3, D9, 1), (4, D9, 2), (5, D9, 3)])
     plan, state = prepare(spark, settings, events_request(tmp_path, db), run_id="taken_1")
-    runner(spark, settings).run(plan, state)
+    make_runner().run(plan, state)
     other = events_request(tmp_path, db, start=D10, end=D10)
     plan2, state2 = prepare(spark, settings, other, run_id="taken_1")
     with pytest.raises(RequestError, match="run ID taken_1 already belongs to another request"):
-        runner(spark, settings).run(plan2, state2)
+        make_runner().run(plan2, state2)
 
 
-def test_injected_conflict_is_retried_and_succeeds(spark, settings, db, tmp_path, monkeypatch):
+def test_injected_conflict_is_retried_and_succeeds(spark, settings, db, tmp_path, monkeypatch, make_runner):
     from backfill_lib.core import faults
 
     faults.reset()
     monkeypatch.setenv(faults.CONFLICT_ENV, "2024-03-09:2")
     make_events(spark, db, SOURCE)
     plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D8, end=D10, batch_size=1))
-    result = runner(spark, settings, retry_base_seconds=0.01).run(plan, state)
+    result = make_runner(retry_base_seconds=0.01).run(plan, state)
 
     assert result.status == "published"
     parts = {p["partition"]: p for p in Ledger(spark, settings.ledger_schema).partitions(plan.run_id)}
@@ -95,7 +90,7 @@ def test_injected_conflict_is_retried_and_succeeds(spark, settings, db, tmp_path
                        ignore_row_order=True, ignore_nullable=True)
 
 
-def test_conflict_that_never_clears_fails_naming_the_partition(spark, settings, db, tmp_path, monkeypatch):
+def test_conflict_that_never_clears_fails_naming_the_partition(spark, settings, db, tmp_path, monkeypatch, make_runner):
     from backfill_lib.core import faults
 
     faults.reset()
@@ -104,14 +99,14 @@ def test_conflict_that_never_clears_fails_naming_the_partition(spark, settings, 
     plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D8, end=D10, batch_size=1))
     with pytest.raises(ConflictError, match=r"staging batch 2 \[2024-03-10 \.\. 2024-03-10\] of t_\w+\.events: "
                                             r"Delta commit conflict did not clear after 3 attempts"):
-        runner(spark, settings, conflict_attempts=3, retry_base_seconds=0.01).run(plan, state)
+        make_runner(conflict_attempts=3, retry_base_seconds=0.01).run(plan, state)
     assert current_version(spark, f"{db}.events") == 0
     ledger = Ledger(spark, settings.ledger_schema)
     assert ledger.run(plan.run_id)["status"] == "failed"
     assert {p["partition"]: p["status"] for p in ledger.partitions(plan.run_id)}["2024-03-10"] == "failed"
 
 
-def test_concurrent_appender_outside_the_range_loses_nothing(spark, settings, db, tmp_path):
+def test_concurrent_appender_outside_the_range_loses_nothing(spark, settings, db, tmp_path, runner):
     make_events(spark, db, SOURCE)
     plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, batch_size=1))
     done = threading.Event()
@@ -129,7 +124,7 @@ def test_concurrent_appender_outside_the_range_loses_nothing(spark, settings, db
     thread = threading.Thread(target=append)
     thread.start()
     try:
-        result = runner(spark, settings).run(plan, state)
+        result = runner.run(plan, state)
     finally:
         done.set()
         thread.join()
@@ -167,13 +162,13 @@ def test_sigterm_cancels_between_batches_and_resume_finishes(spark, settings, db
     assert current_version(spark, f"{db}.events") == 1
 
 
-def test_concurrent_batches_stage_into_their_own_batch_partitions(spark, settings, db, tmp_path):
+def test_concurrent_batches_stage_into_their_own_batch_partitions(spark, settings, db, tmp_path, runner):
     from backfill_lib.run.staging import BATCH_COLUMN, staged_rows
 
     make_events(spark, db, SOURCE)
     request = events_request(tmp_path, db, start=D8, end=D10, batch_size=1, concurrency=3)
     plan, state = prepare(spark, settings, request)
-    result = runner(spark, settings).run(plan, state, until="validate")
+    result = runner.run(plan, state, until="validate")
 
     assert result.status == "validated"
     detail = spark.sql(f"DESCRIBE DETAIL {plan.staging_table}").first()
@@ -195,7 +190,8 @@ def test_concurrent_batches_stage_into_their_own_batch_partitions(spark, setting
 
 
 @pytest.mark.parametrize("side", ["target", "source SQL"])
-def test_a_column_named_like_the_staging_batch_column_is_refused_naming_where(spark, settings, db, tmp_path, side):
+def test_a_column_named_like_the_staging_batch_column_is_refused_naming_where(spark, settings, db, tmp_path, side,
+                                                                             runner):
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     from backfill_lib.core.errors import SchemaMismatchError
@@ -211,12 +207,12 @@ def test_a_column_named_like_the_staging_batch_column_is_refused_naming_where(sp
     sql = f"SELECT id, dt, v, {column} FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
     plan, state = prepare(spark, settings, events_request(tmp_path, db, sql=sql))
     with pytest.raises(SchemaMismatchError, match=rf"{where}: column _backfill_batch is reserved.*rename it in the {side}$"):
-        runner(spark, settings).run(plan, state)
+        runner.run(plan, state)
     assert current_version(spark, f"{db}.events") == 0
     assert not spark.catalog.tableExists(plan.staging_table)
 
 
-def test_a_staging_table_left_by_an_earlier_layout_is_refused_before_any_write(spark, settings, db, tmp_path):
+def test_a_staging_table_left_by_an_earlier_layout_is_refused_before_any_write(spark, settings, db, tmp_path, runner):
     from backfill_lib.core.errors import SchemaMismatchError
 
     make_events(spark, db, SOURCE)
@@ -224,6 +220,6 @@ def test_a_staging_table_left_by_an_earlier_layout_is_refused_before_any_write(s
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {plan.staging_table.rsplit('.', 1)[0]}")
     spark.table(f"{db}.events").limit(0).write.format("delta").partitionBy("dt").saveAsTable(plan.staging_table)
     with pytest.raises(SchemaMismatchError, match=rf"^staging table {plan.staging_table} has no _backfill_batch column"):
-        runner(spark, settings).run(plan, state)
+        runner.run(plan, state)
     assert current_version(spark, plan.staging_table) == 0
     assert current_version(spark, f"{db}.events") == 0

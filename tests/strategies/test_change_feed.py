@@ -16,7 +16,7 @@ from backfill_lib.adapters.delta_log import current_version, read_table_state
 from backfill_lib.core.errors import PublishError
 from backfill_lib.plan.explain import explain
 from backfill_lib.run.ledger import Ledger
-from backfill_lib.runner import Runner, prepare
+from backfill_lib.runner import prepare
 from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.change_feed import ChangeRows
 from tests.fixtures import D9, EVENTS_SCHEMA, TARGET_ROWS, events_request, make_events
@@ -26,10 +26,6 @@ CHANGED_SOURCE = [(3, D9, 3), (4, D9, 40), (10, D9, 100)]
 #: the target once 2024-03-09 is recomputed from CHANGED_SOURCE
 EXPECTED = [r for r in TARGET_ROWS if r[1] != D9] + CHANGED_SOURCE
 AS_IS_SQL = "SELECT id, dt, v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
-
-
-def quiet_runner(spark, settings) -> Runner:
-    return Runner(spark, settings, Console(file=open("/dev/null", "w")))
 
 
 def cdf_events(spark, db, source_rows) -> None:
@@ -49,7 +45,8 @@ def changes(spark, table: str, version: int) -> list[tuple]:
     return sorted(tuple(r) for r in rows)
 
 
-def test_default_publish_emits_a_delete_and_an_insert_for_every_row_and_says_so(spark, settings, db, tmp_path, caplog):
+def test_default_publish_emits_a_delete_and_an_insert_for_every_row_and_says_so(spark, settings, db, tmp_path, caplog,
+                                                                                 runner):
     cdf_events(spark, db, [(3, D9, 3), (4, D9, 4), (5, D9, 50)])  # one row of three changes
     request = events_request(tmp_path, db, sql=AS_IS_SQL.format(db=db))
     plan, state = prepare(spark, settings, request)
@@ -62,7 +59,7 @@ def test_default_publish_emits_a_delete_and_an_insert_for_every_row_and_says_so(
 
     before = current_version(spark, f"{db}.events")
     with caplog.at_level(logging.INFO, logger="backfill.run"):
-        result = quiet_runner(spark, settings).run(plan, state)
+        result = runner.run(plan, state)
 
     assert result.status == "published" and result.published_version == before + 1
     assert ("change data feed: on (delta.enableChangeDataFeed): one replaceWhere commit emits 6 change rows: 3 delete"
@@ -75,7 +72,7 @@ def test_default_publish_emits_a_delete_and_an_insert_for_every_row_and_says_so(
             "3 delete (the target's rows in range, from the Delta log) + 3 insert (the staged rows)") in report
 
 
-def test_changes_only_merges_only_the_rows_that_differ_into_the_same_table(spark, settings, db, tmp_path):
+def test_changes_only_merges_only_the_rows_that_differ_into_the_same_table(spark, settings, db, tmp_path, runner):
     cdf_events(spark, db, CHANGED_SOURCE)
     request = events_request(tmp_path, db, sql=AS_IS_SQL.format(db=db), publish_mode="changes_only")
     plan, state = prepare(spark, settings, request)
@@ -88,7 +85,6 @@ def test_changes_only_merges_only_the_rows_that_differ_into_the_same_table(spark
             "longer staged (known after staging, from the diff)") in text
 
     before = current_version(spark, f"{db}.events")
-    runner = quiet_runner(spark, settings)
     result = runner.run(plan, state)
 
     assert result.status == "published"
@@ -130,7 +126,7 @@ def test_changes_only_merges_only_the_rows_that_differ_into_the_same_table(spark
     assert Ledger(spark, settings.ledger_schema).run(plan.run_id)["status"] == "rolled_back"
 
 
-def test_changes_only_refuses_a_target_with_duplicate_keys_in_range(spark, settings, db, tmp_path):
+def test_changes_only_refuses_a_target_with_duplicate_keys_in_range(spark, settings, db, tmp_path, runner):
     # Without the Change Data Feed: the plan says it is off; the MERGE would set both copies of key 3.
     make_events(spark, db, CHANGED_SOURCE)
     spark.createDataFrame([(3, D9, 3)], EVENTS_SCHEMA).write.format("delta").mode("append").saveAsTable(f"{db}.events")
@@ -143,7 +139,7 @@ def test_changes_only_refuses_a_target_with_duplicate_keys_in_range(spark, setti
     before = current_version(spark, f"{db}.events")
 
     with pytest.raises(PublishError) as err:
-        quiet_runner(spark, settings).run(plan, state)
+        runner.run(plan, state)
 
     assert str(err.value) == (
         f"table {db}.events has duplicate keys (id, dt) in range at version {before}: (3, 2024-03-09) (2 times); "

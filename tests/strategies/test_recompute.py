@@ -3,14 +3,14 @@ import json
 import pytest
 from chispa import assert_df_equality
 from pyspark.errors import AnalysisException
-from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version, partition_stats
 from backfill_lib.cli import main
 from backfill_lib.core.errors import GateFailedError, IntakeError, StrayRowsError
 from backfill_lib.report.run_report import write_run_report
 from backfill_lib.run.ledger import Ledger
-from backfill_lib.runner import Runner, prepare
+from backfill_lib.runner import prepare
+from tests.conftest import quiet_runner
 from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, events_request, make_events
 
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100), (6, D10, 600)]
@@ -18,7 +18,7 @@ SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100), (6, D10, 600)]
 
 def run(spark, settings, request):
     plan, state = prepare(spark, settings, request)
-    return Runner(spark, settings, Console(file=open("/dev/null", "w"))).run(plan, state)
+    return quiet_runner(spark, settings).run(plan, state)
 
 
 def test_recompute_replaces_exactly_the_range_in_one_commit(spark, settings, db, tmp_path):

@@ -7,15 +7,14 @@ from datetime import date
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql.types import DateType, IntegerType, StructField, StructType
-from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import GateFailedError, SchemaMismatchError
-from backfill_lib.runner import Runner, prepare
+from backfill_lib.runner import prepare
 from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.base import staged_fingerprints, verify_partitions
 from backfill_lib.strategies.commit_check import Written, verify_commit
-from tests.conftest import write_request
+from tests.conftest import quiet_runner, write_request
 
 D8, D9, D10 = date(2024, 3, 8), date(2024, 3, 9), date(2024, 3, 10)
 ID_DT_AMT = StructType([StructField("id", IntegerType()), StructField("dt", DateType()), StructField("amt", IntegerType())])
@@ -40,7 +39,7 @@ def request(tmp_path, target, sql, strategy="recompute", start=D9, end=D9, keys=
 
 def run(spark, settings, path):
     plan, state = prepare(spark, settings, path)
-    return Runner(spark, settings, Console(file=open("/dev/null", "w"))).run(plan, state)
+    return quiet_runner(spark, settings).run(plan, state)
 
 
 def test_patch_duplicate_source_keys_are_named_with_counts(spark, settings, db, tmp_path):
@@ -158,7 +157,7 @@ def test_schema_guard_names_column_and_types_then_accepts_a_new_column(spark, se
     assert rows == {1: "fixed", 2: None}
 
 
-def test_rebuild_swaps_atomically_and_readers_see_old_or_new(spark, settings, db, tmp_path):
+def test_rebuild_swaps_atomically_and_readers_see_old_or_new(spark, settings, db, tmp_path, runner):
     table(spark, f"{db}.t", ID_DT_AMT, [(i, D9, i) for i in range(3)])
     sql = "SELECT CAST(id AS INT) AS id, DATE'2024-03-09' + CAST(id % 2 AS INT) AS dt, CAST(id AS STRING) AS label FROM range(7)"
     path = request(tmp_path, f"{db}.t", sql, "rebuild", start=None)
@@ -172,7 +171,7 @@ def test_rebuild_swaps_atomically_and_readers_see_old_or_new(spark, settings, db
     reader = threading.Thread(target=poll)
     reader.start()
     try:
-        result = Runner(spark, settings, Console(file=open("/dev/null", "w"))).run(plan, state)
+        result = runner.run(plan, state)
     finally:
         stop.set()
         reader.join()

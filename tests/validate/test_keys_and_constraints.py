@@ -6,7 +6,6 @@ from datetime import date
 
 import pytest
 from chispa import assert_df_equality
-from rich.console import Console
 
 from backfill_lib.adapters.delta_log import (
     _snapshot_metadata,
@@ -19,8 +18,8 @@ from backfill_lib.cli import main
 from backfill_lib.core.errors import GateFailedError
 from backfill_lib.core.table_state import Constraint, constraints_of
 from backfill_lib.run.ledger import Ledger
-from backfill_lib.runner import Runner, prepare
-from tests.conftest import write_request
+from backfill_lib.runner import prepare
+from tests.conftest import quiet_runner, write_request
 
 D8, D9, D10 = date(2024, 3, 8), date(2024, 3, 9), date(2024, 3, 10)
 ORDERS = "order_id INT, line INT, dt DATE, v INT"
@@ -28,13 +27,9 @@ ORDERS = "order_id INT, line INT, dt DATE, v INT"
 TARGET = [(7, 1, D9, 10), (7, 2, D9, 20), (8, 1, D10, 30)]
 
 
-def runner(spark, settings):
-    return Runner(spark, settings, Console(file=open("/dev/null", "w")))
-
-
 def run(spark, settings, path):
     plan, state = prepare(spark, settings, path)
-    return runner(spark, settings).run(plan, state)
+    return quiet_runner(spark, settings).run(plan, state)
 
 
 def orders(spark, db, source, target_ddl=None):

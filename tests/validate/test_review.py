@@ -4,22 +4,17 @@ from datetime import date
 
 import pytest
 from pyspark.sql.types import DateType, DecimalType, IntegerType, StructField, StructType
-from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import GateFailedError
 from backfill_lib.run.ledger import Ledger
-from backfill_lib.runner import Runner, prepare
+from backfill_lib.runner import prepare
 from tests.strategies.test_strategies import ID_DT_AMT, request, table
 
 D9 = date(2024, 3, 9)
 
 
-def runner(spark, settings):
-    return Runner(spark, settings, Console(file=open("/dev/null", "w")))
-
-
-def test_diff_gate_blocks_deletes_and_the_report_shows_why(spark, settings, db, tmp_path):
+def test_diff_gate_blocks_deletes_and_the_report_shows_why(spark, settings, db, tmp_path, runner):
     table(spark, f"{db}.t", ID_DT_AMT, [(i, D9, i * 10) for i in range(1, 6)])
     table(spark, f"{db}.s", ID_DT_AMT, [(i, D9, 99 if i == 3 else i * 10) for i in range(2, 7)])
     suite = tmp_path / "suite.json"
@@ -29,7 +24,7 @@ def test_diff_gate_blocks_deletes_and_the_report_shows_why(spark, settings, db, 
                    diff_gate={"max_deleted": 0}, report_metric="sum(amt)", expectations=str(suite))
     plan, state = prepare(spark, settings, path)
     with pytest.raises(GateFailedError, match=r"2024-03-09: 1 deleted keys, at most 0 allowed"):
-        runner(spark, settings).run(plan, state)
+        runner.run(plan, state)
     assert current_version(spark, f"{db}.t") == 0
     [diff] = Ledger(spark, settings.ledger_schema).diffs(plan.run_id)
     assert (diff["inserted"], diff["deleted"], diff["updated"], diff["unchanged"]) == (1, 1, 1, 3)
@@ -44,7 +39,7 @@ def test_diff_gate_blocks_deletes_and_the_report_shows_why(spark, settings, db, 
     assert "| 2024-03-09 | 5 |" in markdown  # rows before
 
 
-def test_metric_rule_catches_a_decimal_off_by_one(spark, settings, db, tmp_path):
+def test_metric_rule_catches_a_decimal_off_by_one(spark, settings, db, tmp_path, runner):
     schema = StructType([StructField("id", IntegerType()), StructField("dt", DateType()),
                          StructField("amt", DecimalType(17, 0))])
     from decimal import Decimal
@@ -58,7 +53,7 @@ def test_metric_rule_catches_a_decimal_off_by_one(spark, settings, db, tmp_path)
                                   "metrics": {"sum": ["amt"]}}])
     plan, state = prepare(spark, settings, path)
     with pytest.raises(GateFailedError) as err:
-        runner(spark, settings).run(plan, state)
+        runner.run(plan, state)
     [failed] = err.value.failures
     assert failed.name == "amounts.sum(amt)" and failed.partition == "2024-03-09"
     assert "difference 1" in failed.message
