@@ -12,8 +12,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from tests.conftest import ROOT
 
 BLOCKED = ("pyspark", "py4j", "delta", "great_expectations")
@@ -121,8 +119,6 @@ def test_build_plan_from_a_hand_made_table_state_without_pyspark():
     assert out.strip() == "90 2013-01-01 2013-03-31 [31, 31, 28] 551 stg.demo__daily_route_delays__bf_pure"
 
 
-@pytest.mark.xfail(strict=True, reason="plan.explain calls backfill_lib.strategies.strategy_for, and "
-                                       "backfill_lib.strategies imports pyspark (strategies/base.py)")
 def test_explain_a_plan_without_pyspark():
     out = run_blocked(PLAN, """
         from rich.console import Console

@@ -1,1 +1,2 @@
-"""Whole runs: the demo, crash safety in real processes, the local cluster, the wheel, time zones and names end to end."""
+"""Whole runs: the demo, crash safety in real processes, the local cluster, the wheel, the Python API, time zones
+and column names end to end."""
