@@ -14,11 +14,12 @@ Every expression is also refused when it calls out of Spark (:func:`~backfill_li
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import DataType, DecimalType, IntegralType, StructType
 
 from backfill_lib.core.errors import IntakeError
 from backfill_lib.intake.request import BackfillRequest
+from backfill_lib.intake.rules import MetricSpec
 from backfill_lib.intake.sources import check_aggregate, first_line, refuse_escapes
-from backfill_lib.validate.metrics import check_columns
 
 
 def _at(request_path: str, field: str) -> str:
@@ -40,15 +41,44 @@ def _table(spark: SparkSession, name: str, column: str, request_path: str, field
     return df
 
 
-def check_rules(spark: SparkSession, request: BackfillRequest, request_path: str, source: DataFrame | None = None,
+def check_columns(schema: StructType, spec: MetricSpec, where: str) -> None:
+    """Check that every column ``spec`` names exists in ``schema`` and that ``sum`` columns are exact numbers.
+
+    Parameters
+    ----------
+    schema : StructType
+        The schema of the side being profiled.
+    spec : MetricSpec
+    where : str
+        What the schema belongs to (a table name or "staged rows"), for the message.
+
+    Raises
+    ------
+    IntakeError
+        Naming ``where``, the column and, for ``sum``, its type when it is not integer or decimal.
+    """
+    types: dict[str, DataType] = {f.name: f.dataType for f in schema.fields}
+    for field in ("null_count", "nan_count", "sum", "min_max", "checksum"):
+        for column in getattr(spec, field):
+            if column not in types:
+                raise IntakeError(f"{where}: metric {field} names column '{column}', which does not exist")
+    for column in spec.sum:
+        if not isinstance(types[column], (IntegralType, DecimalType)):
+            raise IntakeError(
+                f"{where}: metric sum({column}) needs an integer or decimal column, "
+                f"'{column}' is {types[column].simpleString()}"
+            )
+
+
+def check_rules(spark: SparkSession, request: BackfillRequest, request_path: str, source: DataFrame,
                 target: DataFrame | None = None) -> None:
     """Check every rule of ``request`` against the live tables (see the module docstring).
 
     Parameters
     ----------
     source:
-        The request's source rows (:func:`~backfill_lib.intake.sources.source_frame`), the staged side's schema; built
-        here for the request's range when ``None``.
+        The request's source rows (:func:`~backfill_lib.plan.source_query.source_frame`, analysed, not read): the
+        staged side's schema.
     target:
         The target table (default ``spark.table(request.target.table)``), for ``report_metric``.
 
@@ -61,10 +91,6 @@ def check_rules(spark: SparkSession, request: BackfillRequest, request_path: str
     rules, profiles = request.reconciliation, request.metric_rules
     if not (rules or profiles or request.report_metric):
         return
-    if source is None and (rules or profiles):
-        from backfill_lib.intake.sources import source_frame
-
-        source = source_frame(spark, request, *(request.bounds() or (None, None)))
     part = request.target.partition_column
     for i, rule in enumerate(rules):
         field = f"reconciliation.{i}"

@@ -19,9 +19,9 @@ from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_state import TableState
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.intake.rule_checks import check_rules
-from backfill_lib.intake.sources import source_frame, source_input
 from backfill_lib.plan.model import BackfillPlan, build_plan
 from backfill_lib.plan.source_pins import pin_sources
+from backfill_lib.plan.source_query import source_frame, source_input
 
 
 def utc_now() -> datetime:
@@ -49,8 +49,8 @@ def prepare(
         state_read = pool.submit(in_pool, spark, read_table_state, spark, request.target.table)
         inputs = pool.submit(in_pool, spark, _pinned_input, spark, request, bounds)
         state = state_read.result()
-        pins, found = inputs.result()
-    check_rules(spark, request, str(request_path))  # in `backfill plan` too: a bad rule never reaches staging
+        pins, frame, found = inputs.result()
+    check_rules(spark, request, str(request_path), frame)  # in `backfill plan` too: a bad rule never reaches staging
     plan = build_plan(
         request,
         state,
@@ -66,10 +66,11 @@ def prepare(
 
 
 def _pinned_input(spark: SparkSession, request: BackfillRequest, bounds) -> tuple:
-    """Pin the request's Delta sources at their current versions, then size the source input at those versions."""
+    """Pin the request's Delta sources at their current versions, then analyse the source at those versions over
+    ``bounds`` and size its input; returns the pins, the source frame and its input."""
     pins = pin_sources(spark, request)
-    versions = {s.table: s.version for s in pins}
-    return pins, source_input(spark, source_frame(spark, request, *bounds, versions=versions))
+    frame = source_frame(spark, request, *bounds, versions={s.table: s.version for s in pins})
+    return pins, frame, source_input(spark, frame)
 
 
 def mart_plan(spark: SparkSession, settings: Settings, plan: BackfillPlan, index: int) -> BackfillPlan:

@@ -229,7 +229,7 @@ def _read_files(spark: SparkSession, plan: BackfillPlan, pinned: bool) -> set[st
     """Names of the data files the run's reads of its range take: the source SQL and every rule's source table
     over the plan's range (whole tables for a rebuild), at the pinned versions or (``pinned`` false) now."""
     from backfill_lib.core.partitions import range_predicate
-    from backfill_lib.intake.sources import source_frame
+    from backfill_lib.plan.source_query import source_frame
 
     request = plan.request
     whole = request.range is None

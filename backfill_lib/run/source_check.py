@@ -7,8 +7,8 @@ from pyspark.sql import SparkSession
 from backfill_lib.core.table_state import Column
 from backfill_lib.intake.rule_checks import check_rules
 from backfill_lib.intake.schema_guard import ColumnCast
-from backfill_lib.intake.sources import source_frame
 from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.plan.source_query import source_frame
 from backfill_lib.strategies import strategy_for
 
 

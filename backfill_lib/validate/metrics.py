@@ -23,47 +23,19 @@ from decimal import Context, Decimal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType, StructType
+from pyspark.sql.types import DecimalType, DoubleType, FloatType
 
 from backfill_lib.adapters.checksums import checksum_of
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys, keys_of
 from backfill_lib.core.partitions import quote_ident
+from backfill_lib.intake.rule_checks import check_columns
 from backfill_lib.intake.rules import MetricSpec, checksum_name
 
 # Python's default decimal context keeps 28 significant digits; decimal(38,x) sums and checksums have more, and
 # a subtraction rounded to 28 digits would hide a difference of 1. 100 digits is exact for every Spark decimal.
 _EXACT = Context(prec=100)
-
-
-def check_columns(schema: StructType, spec: MetricSpec, where: str) -> None:
-    """Check that every column ``spec`` names exists in ``schema`` and that ``sum`` columns are exact numbers.
-
-    Parameters
-    ----------
-    schema : StructType
-        The schema of the side being profiled.
-    spec : MetricSpec
-    where : str
-        What the schema belongs to (a table name or "staged rows"), for the message.
-
-    Raises
-    ------
-    IntakeError
-        Naming ``where``, the column and, for ``sum``, its type when it is not integer or decimal.
-    """
-    types: dict[str, DataType] = {f.name: f.dataType for f in schema.fields}
-    for field in ("null_count", "nan_count", "sum", "min_max", "checksum"):
-        for column in getattr(spec, field):
-            if column not in types:
-                raise IntakeError(f"{where}: metric {field} names column '{column}', which does not exist")
-    for column in spec.sum:
-        if not isinstance(types[column], (IntegralType, DecimalType)):
-            raise IntakeError(
-                f"{where}: metric sum({column}) needs an integer or decimal column, "
-                f"'{column}' is {types[column].simpleString()}"
-            )
 
 
 def _col(name: str) -> Column:

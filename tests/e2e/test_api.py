@@ -9,7 +9,7 @@ import backfill_lib
 from backfill_lib.adapters.delta_log import current_version
 from tests.fixtures import D9, EVENTS_SCHEMA, events_request, make_events
 
-SOURCE = [(3, D9, 30), (4, D9, 40)]
+SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50)]
 
 
 def test_the_package_exports_its_api_without_importing_pyspark():
@@ -32,7 +32,7 @@ def test_plan_backfill_writes_nothing_and_run_backfill_publishes_that_plan(spark
     result = backfill_lib.run_backfill(request, settings=settings, spark=spark, run_id="api_run_1")
     assert (result.status, result.plan.run_id, result.published_version) == ("published", "api_run_1", before + 1)
     assert_df_equality(spark.table(f"{db}.events").where("dt = DATE'2024-03-09'"),
-                       spark.createDataFrame([(3, D9, 300), (4, D9, 400)], EVENTS_SCHEMA),
+                       spark.createDataFrame([(3, D9, 300), (4, D9, 400), (5, D9, 500)], EVENTS_SCHEMA),
                        ignore_row_order=True, ignore_nullable=True)
     again = backfill_lib.run_backfill(request, settings=settings, spark=spark, run_id="api_run_1")
     assert (again.status, current_version(spark, f"{db}.events")) == ("published", before + 1)  # resumed: no write

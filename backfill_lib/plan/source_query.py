@@ -1,0 +1,75 @@
+"""The source query of a plan: the request's SQL bound to a half-open range, at the plan's pinned versions.
+
+Checked first by intake (:mod:`backfill_lib.intake.sources`: one read-only query, no escape out of Spark); here
+it is bound, pinned and sized. Only analysis and file metadata; no data is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date, datetime
+from urllib.parse import urlsplit
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+
+from backfill_lib.core.errors import IntakeError, first_line
+from backfill_lib.intake.request import BackfillRequest
+from backfill_lib.intake.sources import check_query, read_sql, refuse_escapes
+from backfill_lib.intake.sql_text import wrap_query
+from backfill_lib.plan.model import SourceInput
+
+
+def source_frame(
+    spark: SparkSession, request: BackfillRequest, start: date | datetime | None, end: date | datetime | None,
+    versions: Mapping[str, int] | None = None,
+) -> DataFrame:
+    """The source rows for the half-open range ``[start, end)``, as a lazy DataFrame.
+
+    The SQL runs with the named parameters ``:range_start`` and ``:range_end`` bound to ``start`` and ``end``
+    (``DATE`` or ``TIMESTAMP`` values); with ``None`` bounds (a rebuild of the whole table) it runs without
+    parameters. It is checked to be one query (:func:`check_query`) and runs only as a subquery
+    (``SELECT * FROM (...)``); its analysed plan must not call out of Spark (:func:`refuse_escapes`). Only
+    analysis happens here; no data is read and nothing else is executed.
+    ``versions`` (the plan's :attr:`~backfill_lib.plan.model.BackfillPlan.pinned_versions`) reads each Delta table the
+    SQL names at its pinned version (:func:`backfill_lib.plan.source_pins.pin_versions`), rewritten after the check
+    and before the wrapping; ``None`` reads them as they are.
+
+    Raises
+    ------
+    IntakeError
+        When the file is not one query, does not parse or analyse, or uses a forbidden construct; the message names
+        the file and Spark's first message line.
+    """
+    from backfill_lib.plan.source_pins import pinned_sql  # source_pins reads the source SQL through this module
+
+    where = str(request.source.sql)
+    text = wrap_query(pinned_sql(spark, check_query(spark, read_sql(request.source.sql), where), versions))
+    try:
+        if start is None:
+            df = spark.sql(text)
+        else:
+            df = spark.sql(text, args={"range_start": start, "range_end": end})
+    except PySparkException as exc:
+        raise IntakeError(f"{where}: {first_line(exc)}") from exc
+    refuse_escapes(df, where)
+    return df
+
+
+def source_input(spark: SparkSession, df: DataFrame):
+    """Files and bytes ``df`` would read: ``DataFrame.inputFiles()`` after partition pruning, sized from the
+    file system's metadata (no data read). Returns :class:`~backfill_lib.plan.model.SourceInput`."""
+    files = df.inputFiles()
+    if not files:
+        return SourceInput(0, 0)
+    path_class = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # resolved once: each name step is a py4j call
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    file_systems: dict[tuple[str, str], object] = {}
+    total = 0
+    for f in files:
+        path = path_class(f)
+        root = urlsplit(f)[:2]  # scheme and authority name the file system
+        if root not in file_systems:
+            file_systems[root] = path.getFileSystem(conf)
+        total += file_systems[root].getFileStatus(path).getLen()
+    return SourceInput(len(files), total)
