@@ -45,6 +45,7 @@ def _settings() -> Settings:
 def _spark(settings: Settings):
     from backfill_lib.adapters.session import get_spark
 
+    quiet_spark_query_errors()  # here, not at start: a command refused before Spark never imports pyspark
     return get_spark(settings)
 
 
@@ -61,11 +62,12 @@ def _root(
 def plan(request: Annotated[str, typer.Argument(help="Request file, e.g. conf/backfills/fix_daily_route_delays.yml.")]) -> None:
     """Dry run: print the partitions the request touches and their current cost. Writes nothing."""
     from backfill_lib.intake.request import load_request
-    from backfill_lib.plan.explain import explain
-    from backfill_lib.runner import prepare
 
     settings = _settings()
-    load_request(request)  # fail on a bad request before starting Spark
+    load_request(request)  # fail on a bad request before importing Spark's modules or starting Spark
+    from backfill_lib.plan.explain import explain
+    from backfill_lib.plan.prepare import prepare
+
     spark = _spark(settings)
     the_plan, _ = prepare(spark, settings, request)
     console.print(explain(the_plan))
@@ -372,7 +374,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     for noisy in ("py4j", "great_expectations"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    quiet_spark_query_errors()
     for c in (console, err_console):
         if not c.is_terminal:  # logs and pipes: do not cut table cells at 80 columns
             c.width = max(c.width, 200)

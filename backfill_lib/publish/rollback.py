@@ -85,15 +85,18 @@ class Rollback:
                 crash_point("between_restores", i)
             table, to = step["table"], step["restore_to"]
             child = None if step["run_id"] == plan.run_id else self.ledger.run(step["run_id"])
+            step_plan = plan if child is None else plan_from_summary(json.loads(child["plan_json"]))
             state, version, _ = restore_state(self.spark, table, plan.commit_run_id, step["published_version"], to)
             if state == "todo":
-                step_plan = plan if child is None else plan_from_summary(json.loads(child["plan_json"]))
                 version = restore(self.spark, step_plan, table, to, action, **extra)
                 done.append(f"{table} to version {to}")
             elif state == "restored":
                 done.append(f"{table} to version {to} (already restored as version {version})")
             else:
                 done.append(f"{table} to version {to} (already at its content)")
+            # `backfill status` lists partitions by their latest event: they are no longer published
+            self.ledger.record_partitions(step["run_id"], [{"partition": p.key, "status": "rolled_back"}
+                                                           for p in step_plan.partitions])
             if child is not None and child["status"] != "rolled_back":
                 self.ledger.record_run(child, "rolled_back", message=f"{intent['why']}; restored version {to}"
                                        + ("" if version is None else f" as {version}"))

@@ -231,3 +231,7 @@ def test_rollback_skips_a_table_already_back_at_its_pre_publish_content(spark, s
     for t in ("events", "events_monthly"):
         assert_df_equality(spark.table(f"{db}.{t}"), spark.read.option("versionAsOf", 0).table(f"{db}.{t}"),
                            ignore_row_order=True)
+    ledger = Ledger(spark, settings.ledger_schema)  # `backfill status RUN_ID` no longer calls them published
+    assert [(p["partition"], p["status"], p["rows"]) for p in ledger.partitions(plan.run_id)] == \
+        [("2024-03-09", "rolled_back", 4)]
+    assert {p["status"] for p in ledger.partitions(f"{plan.run_id}__m0")} == {"rolled_back"}
