@@ -30,7 +30,7 @@ def merge_keys(plan: BackfillPlan) -> tuple[str, ...]:
 
 
 def partitioned_by(plan: BackfillPlan) -> str:
-    """The target's partition spec as SQL (``\`region\`, \`dt\```): how a rebuild re-creates it."""
+    """The target's partition spec as SQL (every column back-quoted, in order): how a rebuild re-creates it."""
     return ", ".join(quote_ident(c) for c in plan.partition_spec)
 
 
