@@ -120,7 +120,8 @@ def test_partition_keys_of_a_string_column_pass_its_values_and_render_a_typed_so
     keys = PartitionKeys("dt", Grain.DAY, "UTC", "yyyyMMdd")
     assert keys.holds_keys and keys.key("20240309") == "20240309"
     assert keys.rekey({"20240309": 3, None: 1}) == {"20240309": 3, None: 1}
-    source = keys.of("d")  # a rule's DATE column, keyed as the string target's plan keys
+    assert keys.of("s1") == PartitionKeys("s1", Grain.DAY, "UTC", "yyyyMMdd")  # an alias of the same column
+    source = keys.of_source("d")  # a rule's DATE column, keyed as the string target's plan keys
     assert (source.column, source.holds_keys) == ("d", False)
     assert source.key("2024-03-09") == "20240309"
     assert source.key_of_value(date(2024, 3, 9)) == "20240309"
@@ -129,7 +130,7 @@ def test_partition_keys_of_a_string_column_pass_its_values_and_render_a_typed_so
     assert hours.key("2024-03-10T07:00:00Z") == "2024-03-10-03"
     assert hours.key_of_value(datetime(2024, 3, 10, 7, tzinfo=UTC)) == "2024-03-10-03"
     plain = PartitionKeys("dt", Grain.DAY, "UTC")
-    assert (plain.holds_keys, plain.key("2024-03-09"), plain.of("d").key("2024-03-09")) == (False, "2024-03-09", "2024-03-09")
+    assert (plain.holds_keys, plain.key("2024-03-09"), plain.of_source("d").key("2024-03-09")) == (False, "2024-03-09", "2024-03-09")
 
 
 STRING_COLUMNS = (Column("id", "int"), Column("dt", "string"), Column("v", "int"))
@@ -276,3 +277,248 @@ def write_layout_request(tmp_path, target: dict, strategy: str = "recompute", **
               "range": {"start": "2024-03-09", "end": "2024-03-09"}, "time_zone": "UTC", "strategy": strategy,
               "source": {"sql": str(sql)}, "keys": ["id"], **extra}
     return write_request(tmp_path / "layout.yml", **fields)
+
+
+# --- Spark: real backfills on tiny Delta tables -------------------------------------------------------------
+
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.types import DateType, IntegerType, StringType, StructField, StructType, TimestampType  # noqa: E402
+
+from tests.conftest import write_request  # noqa: E402
+
+D8, D9, D10 = date(2024, 3, 8), date(2024, 3, 9), date(2024, 3, 10)
+
+STRING_SCHEMA = StructType([StructField("id", IntegerType(), False), StructField("dt", StringType(), True),
+                            StructField("v", IntegerType(), True)])
+DATED_SCHEMA = StructType([StructField("id", IntegerType(), False), StructField("d", DateType(), True),
+                           StructField("v", IntegerType(), True)])
+REGION_SCHEMA = StructType([StructField("id", IntegerType(), False), StructField("region", StringType(), True),
+                            StructField("dt", DateType(), True), StructField("v", IntegerType(), True)])
+
+
+def run(spark, settings, request):
+    from backfill_lib.runner import Runner, prepare
+
+    plan, state = prepare(spark, settings, request)
+    return Runner(spark, settings, Console(file=open("/dev/null", "w"))).run(plan, state)
+
+
+def spark_request(tmp_path, target: dict, sql: str, start: date = D9, end: date = D9, **extra):
+    sql_file = tmp_path / "layout.sql"
+    sql_file.write_text(sql)
+    fields = {"owner": "ana@example.com", "reason": "TEST-18: layouts", "target": target,
+              "range": {"start": start.isoformat(), "end": end.isoformat()}, "time_zone": "UTC",
+              "strategy": "recompute", "source": {"sql": str(sql_file)}, "keys": ["id"], **extra}
+    return write_request(tmp_path / "layout.yml", **fields)
+
+
+def files_of(spark, table: str, where: str) -> dict[int, str]:
+    """The data file each row of ``table`` within ``where`` is read from, by ``id``."""
+    rows = spark.table(table).where(where).select("id", F.input_file_name().alias("f")).collect()
+    return {r["id"]: r["f"] for r in rows}
+
+
+def log_files(spark, table: str) -> set[tuple[str, str]]:
+    """Every ``add`` action of ``table``'s latest snapshot as (sorted partition values, path)."""
+    from backfill_lib.adapters.delta_log import add_files, latest_snapshot
+
+    rows = add_files(spark, latest_snapshot(spark, table)).select("partitionValues", "path").collect()
+    return {(json.dumps(dict(sorted(r["partitionValues"].items()))), r["path"]) for r in rows}
+
+
+def test_recompute_of_one_day_of_a_string_partitioned_table(spark, settings, db, tmp_path):
+    from chispa import assert_df_equality
+
+    from backfill_lib.adapters.delta_log import current_version
+
+    target = [(1, "20240308", 1), (2, "20240308", 2), (3, "20240309", 3), (4, "20240309", 4), (5, "20240310", 5)]
+    spark.createDataFrame(target, STRING_SCHEMA).coalesce(1).write.format("delta").partitionBy("dt").saveAsTable(f"{db}.events")
+    source = [(1, D8, 1), (3, D9, 3), (4, D9, 4), (6, D9, 6), (5, D10, 5)]
+    spark.createDataFrame(source, DATED_SCHEMA).write.format("delta").saveAsTable(f"{db}.src")
+    request = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "dt",
+                                       "partition_format": "yyyyMMdd"},
+                            f"SELECT id, date_format(d, 'yyyyMMdd') AS dt, v * 10 AS v FROM {db}.src "
+                            "WHERE d >= :range_start AND d < :range_end")
+    before_version = current_version(spark, f"{db}.events")
+    outside = "dt <> '20240309'"
+    before_files, before_log = files_of(spark, f"{db}.events", outside), log_files(spark, f"{db}.events")
+
+    result = run(spark, settings, request)
+
+    assert result.status == "published"
+    assert [(p.key, p.current.rows, p.current.files) for p in result.plan.partitions] == [("20240309", 2, 1)]
+    expected = [(1, "20240308", 1), (2, "20240308", 2), (3, "20240309", 30), (4, "20240309", 40),
+                (6, "20240309", 60), (5, "20240310", 5)]
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, STRING_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+    assert current_version(spark, f"{db}.events") == before_version + 1 == result.published_version
+    assert files_of(spark, f"{db}.events", outside) == before_files  # rows outside the range: the same files
+    kept = {f for f in before_log if '"20240309"' not in f[0]}
+    assert kept <= log_files(spark, f"{db}.events") and len(kept) == 2
+    post = [c for c in result.checks if c.kind == "post_publish"]
+    assert [(c.name, c.partition, c.success) for c in post] == [
+        ("written_rows_and_checksum_equal_staging", None, True), ("rows_equal_staging_and_files_replaced", "20240309", True)]
+
+
+def test_a_staged_value_not_exactly_in_the_format_is_refused_before_anything_is_written(spark, settings, db, tmp_path):
+    from backfill_lib.adapters.delta_log import current_version
+    from backfill_lib.core.errors import StrayRowsError
+
+    target = [(1, "2024-03-08", 1), (3, "2024-03-09", 3), (5, "2024-03-10", 5)]
+    spark.createDataFrame(target, STRING_SCHEMA).coalesce(1).write.format("delta").partitionBy("dt").saveAsTable(f"{db}.events")
+    spark.createDataFrame([(3, D9, 3), (4, D9, 4)], DATED_SCHEMA).write.format("delta").saveAsTable(f"{db}.src")
+    request = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "dt",
+                                       "partition_format": "yyyy-MM-dd"},
+                            "SELECT id, CASE WHEN id = 4 THEN '2024-3-9' ELSE date_format(d, 'yyyy-MM-dd') END AS dt, "
+                            f"v FROM {db}.src WHERE d >= :range_start AND d < :range_end")
+    with pytest.raises(StrayRowsError) as err:
+        run(spark, settings, request)
+    assert str(err.value).endswith(f"produced rows outside batch 0 [2024-03-09 .. 2024-03-09] of {db}.events: "
+                                   "partition 2024-3-9 (1 row, not a yyyy-MM-dd value); nothing written")
+    assert current_version(spark, f"{db}.events") == 0
+
+
+def test_a_target_value_of_the_range_not_in_the_format_is_named_at_intake(spark, settings, db, tmp_path):
+    from backfill_lib.runner import prepare
+
+    target = [(1, "2024-03-08", 1), (2, "2024-3-9", 2), (3, "2024-03-10", 3)]
+    spark.createDataFrame(target, STRING_SCHEMA).coalesce(1).write.format("delta").partitionBy("dt").saveAsTable(f"{db}.events")
+    request = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "dt",
+                                       "partition_format": "yyyy-MM-dd"}, f"SELECT * FROM {db}.events", D8, D10)
+    with pytest.raises(IntakeError) as err:
+        prepare(spark, settings, request)
+    assert str(err.value) == (
+        f"table {db}.events column dt holds partition values in the range that do not match target.partition_format "
+        "yyyy-MM-dd: '2024-3-9'; the run would leave their rows beside the recomputed ones (rewrite them in the "
+        "format first)")
+
+
+def make_regions(spark, db: str) -> None:
+    """``db.events`` PARTITIONED BY (region, dt) with EU and US rows on 2024-03-08..10, and ``db.src``."""
+    target = [(1, "EU", D8, 1), (2, "EU", D9, 2), (3, "EU", D9, 3), (4, "EU", D10, 4), (5, "US", D9, 5),
+              (6, "US", D9, 6), (7, "US", D10, 7)]
+    spark.createDataFrame(target, REGION_SCHEMA).coalesce(1).write.format("delta").partitionBy("region", "dt") \
+        .saveAsTable(f"{db}.events")
+    source = [(1, "EU", D8, 1), (2, "EU", D9, 2), (3, "EU", D9, 3), (8, "EU", D9, 8), (5, "US", D9, 5),
+              (4, "EU", D10, 4)]
+    spark.createDataFrame(source, REGION_SCHEMA).write.format("delta").saveAsTable(f"{db}.src")
+
+
+def test_recompute_of_one_day_and_region_of_a_table_partitioned_by_region_then_date(spark, settings, db, tmp_path):
+    from chispa import assert_df_equality
+
+    from backfill_lib.adapters.delta_log import current_version
+
+    make_regions(spark, db)
+    request = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "dt", "where": "region = 'EU'"},
+                            f"SELECT id, region, dt, v * 10 AS v FROM {db}.src "
+                            "WHERE dt >= :range_start AND dt < :range_end AND region = 'EU'")
+    outside = "NOT (region = 'EU' AND dt = DATE'2024-03-09')"
+    before_files, before_log = files_of(spark, f"{db}.events", outside), log_files(spark, f"{db}.events")
+
+    result = run(spark, settings, request)
+
+    assert result.status == "published"
+    # the plan's cost is EU's only: US holds 2 more rows that day
+    assert [(p.key, p.current.rows, p.current.files) for p in result.plan.partitions] == [("2024-03-09", 2, 1)]
+    assert result.plan.predicate() == "(`dt` >= DATE'2024-03-09' AND `dt` < DATE'2024-03-10') AND ((region = 'EU'))"
+    expected = [(1, "EU", D8, 1), (2, "EU", D9, 20), (3, "EU", D9, 30), (8, "EU", D9, 80), (4, "EU", D10, 4),
+                (5, "US", D9, 5), (6, "US", D9, 6), (7, "US", D10, 7)]
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, REGION_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+    assert current_version(spark, f"{db}.events") == 1 == result.published_version
+    assert files_of(spark, f"{db}.events", outside) == before_files  # US that day and other days: same files
+    kept = {f for f in before_log if f[0] != json.dumps({"dt": "2024-03-09", "region": "EU"})}
+    assert kept <= log_files(spark, f"{db}.events") and len(kept) == 4
+    post = [c for c in result.checks if c.kind == "post_publish"]
+    assert [(c.name, c.partition, c.success) for c in post] == [
+        ("written_rows_and_checksum_equal_staging", None, True),
+        ("rows_equal_staging_and_files_replaced", "2024-03-09", True)]
+
+
+def test_a_source_row_outside_the_where_is_refused_with_nothing_written(spark, settings, db, tmp_path):
+    from backfill_lib.adapters.delta_log import current_version
+    from backfill_lib.core.errors import StrayRowsError
+
+    make_regions(spark, db)
+    request = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "dt", "where": "region = 'EU'"},
+                            f"SELECT id, region, dt, v FROM {db}.src WHERE dt >= :range_start AND dt < :range_end")
+    with pytest.raises(StrayRowsError) as err:
+        run(spark, settings, request)
+    assert str(err.value).endswith(f"produced rows outside target.where (region = 'EU') in batch 0 "
+                                   f"[2024-03-09 .. 2024-03-09] of {db}.events: partition 2024-03-09 (1 row); "
+                                   "nothing written")
+    assert current_version(spark, f"{db}.events") == 0
+
+
+def test_patch_with_a_where_matches_only_the_targets_rows_inside_it(spark, settings, db, tmp_path):
+    from chispa import assert_df_equality
+
+    make_regions(spark, db)
+    # id 5 is a US row that day: the staged EU row 5 must not match it (the where is part of the MERGE's ON)
+    request = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "dt", "where": "region = 'EU'"},
+                            "SELECT * FROM VALUES (2, 'EU', DATE'2024-03-09', 200), (5, 'EU', DATE'2024-03-09', 500) "
+                            "AS s(id, region, dt, v) WHERE dt >= :range_start AND dt < :range_end",
+                            strategy="patch")
+    before_us = files_of(spark, f"{db}.events", "region = 'US'")
+    result = run(spark, settings, request)
+    assert result.status == "published"
+    expected = [(1, "EU", D8, 1), (2, "EU", D9, 200), (3, "EU", D9, 3), (5, "EU", D9, 500), (4, "EU", D10, 4),
+                (5, "US", D9, 5), (6, "US", D9, 6), (7, "US", D10, 7)]
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, REGION_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+    assert files_of(spark, f"{db}.events", "region = 'US'") == before_us
+
+
+def test_a_where_naming_a_missing_column_exits_2_naming_the_request_and_the_field(spark, settings, db, tmp_path,
+                                                                                capsys):
+    from backfill_lib.cli import main
+
+    make_regions(spark, db)
+    request = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "dt", "where": "regoin = 'EU'"},
+                            f"SELECT * FROM {db}.src WHERE dt >= :range_start AND dt < :range_end")
+    assert main(["plan", str(request)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {request}: field 'target.where': 'regoin = 'EU'' names column regoin, which table {db}.events "
+        "does not have (columns: id, region, dt, v)")
+    on_data = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "dt", "where": "v > 1"},
+                            f"SELECT * FROM {db}.src WHERE dt >= :range_start AND dt < :range_end")
+    assert main(["plan", str(on_data)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {on_data}: field 'target.where': 'v > 1' reads v, which is not a partition column of table "
+        f"{db}.events (partition columns: region, dt); where narrows by the other partition columns only")
+    sub = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "dt",
+                                   "where": f"region IN (SELECT region FROM {db}.src)"},
+                        f"SELECT * FROM {db}.src WHERE dt >= :range_start AND dt < :range_end")
+    assert main(["plan", str(sub)]) == 2
+    assert "holds a subquery (InSubquery); a where is a predicate on partition columns" in capsys.readouterr().err
+
+
+def test_hour_strings_with_an_offset_keep_the_two_hours_of_a_fall_back_apart(spark, settings, db, tmp_path):
+    from chispa import assert_df_equality
+
+    fmt = "yyyy-MM-dd'T'HH:mmXXX"
+    schema = StructType([StructField("id", IntegerType(), False), StructField("h", StringType(), True),
+                         StructField("v", IntegerType(), True)])
+    target = [(1, "2024-11-02T23:00-04:00", 1), (2, "2024-11-03T01:00-04:00", 2), (3, "2024-11-03T01:00-05:00", 3),
+              (4, "2024-11-04T00:00-05:00", 4)]
+    spark.createDataFrame(target, schema).coalesce(1).write.format("delta").partitionBy("h").saveAsTable(f"{db}.events")
+    src_schema = StructType([StructField("id", IntegerType(), False), StructField("ts", TimestampType(), True),
+                             StructField("v", IntegerType(), True)])
+    source = [(2, datetime(2024, 11, 3, 5, 10, tzinfo=UTC), 2), (3, datetime(2024, 11, 3, 6, 0, tzinfo=UTC), 3),
+              (5, datetime(2024, 11, 3, 6, 30, tzinfo=UTC), 5), (4, datetime(2024, 11, 4, 5, 0, tzinfo=UTC), 4)]
+    spark.createDataFrame(source, src_schema).write.format("delta").saveAsTable(f"{db}.src")
+    request = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "h", "grain": "hour",
+                                       "partition_format": fmt},
+                            f"SELECT id, date_format(date_trunc('HOUR', ts), \"{fmt}\") AS h, v * 10 AS v "
+                            f"FROM {db}.src WHERE ts >= :range_start AND ts < :range_end",
+                            date(2024, 11, 3), date(2024, 11, 3), time_zone="America/New_York")
+    result = run(spark, settings, request)
+    assert result.status == "published"
+    assert len(result.plan.partitions) == 25
+    assert {p.key: p.current.rows for p in result.plan.partitions if p.current.rows} == {
+        "2024-11-03T01:00-04:00": 1, "2024-11-03T01:00-05:00": 1}
+    expected = [(1, "2024-11-02T23:00-04:00", 1), (2, "2024-11-03T01:00-04:00", 20), (3, "2024-11-03T01:00-05:00", 30),
+                (5, "2024-11-03T01:00-05:00", 50), (4, "2024-11-04T00:00-05:00", 4)]
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, schema),
+                       ignore_row_order=True, ignore_nullable=True)

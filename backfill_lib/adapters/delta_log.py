@@ -224,7 +224,9 @@ def _typed_partition_values(snapshot, values) -> list:
 
     schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
     types = {f.name: f.dataType for f in schema.fields}
-    columns = list(snapshot.metadata().partitionColumns())
+    columns, names = [], snapshot.metadata().partitionColumns().iterator()  # a Scala Seq
+    while names.hasNext():
+        columns.append(str(names.next()))
     return [values.getItem(partition_value_key(snapshot, c)).cast(types[c]).alias(c) for c in columns]
 
 

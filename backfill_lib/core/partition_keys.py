@@ -7,7 +7,7 @@ the request's, so every grouping by partition goes through :class:`PartitionKeys
 unambiguous ISO 8601 instant and Python maps it to the plan key.
 
 A ``STRING`` partition column with a ``partition_format`` holds the plan's keys themselves (``20240310``):
-grouping by it needs no mapping. A typed column keyed for such a plan (a rule's source table, :meth:`PartitionKeys.of`)
+grouping by it needs no mapping. A typed column keyed for such a plan (a rule's source table, :meth:`PartitionKeys.of_source`)
 renders its values in the format.
 """
 
@@ -95,8 +95,12 @@ class PartitionKeys:
         return {self.key(k): v for k, v in values.items()}
 
     def of(self, column: str) -> "PartitionKeys":
-        """The same keying for a typed (``DATE``/``TIMESTAMP``) column of the same grain (a source's partition
-        column), its values keyed as the plan keys partitions."""
+        """The same keying for another column holding the same values (an alias of this one)."""
+        return PartitionKeys(column, self.grain, self.time_zone, self.format, self.string_column)
+
+    def of_source(self, column: str) -> "PartitionKeys":
+        """The keying of a source table's ``DATE``/``TIMESTAMP`` partition column of the same grain (a rule's
+        ``source.partition_column``): its values keyed as the plan keys partitions (in the plan's format)."""
         return PartitionKeys(column, self.grain, self.time_zone, self.format, string_column=False)
 
 
