@@ -326,6 +326,12 @@ def log_files(spark, table: str) -> set[tuple[str, str]]:
     return {(json.dumps(dict(sorted(r["partitionValues"].items()))), r["path"]) for r in rows}
 
 
+def staging_tables(spark, settings, db: str) -> list[str]:
+    """The run staging tables of ``db.events`` (none when a batch failed before its first write)."""
+    return [r["tableName"] for r in spark.sql(f"SHOW TABLES IN {settings.staging_schema}").collect()
+            if r["tableName"].startswith(f"{db}__events__")]
+
+
 def test_recompute_of_one_day_of_a_string_partitioned_table(spark, settings, db, tmp_path):
     from chispa import assert_df_equality
 
@@ -352,6 +358,7 @@ def test_recompute_of_one_day_of_a_string_partitioned_table(spark, settings, db,
     assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, STRING_SCHEMA),
                        ignore_row_order=True, ignore_nullable=True)
     assert current_version(spark, f"{db}.events") == before_version + 1 == result.published_version
+    assert staging_tables(spark, settings, db) == [result.plan.staging_table.split(".")[-1]]  # kept after publish
     assert files_of(spark, f"{db}.events", outside) == before_files  # rows outside the range: the same files
     kept = {f for f in before_log if '"20240309"' not in f[0]}
     assert kept <= log_files(spark, f"{db}.events") and len(kept) == 2
@@ -376,6 +383,7 @@ def test_a_staged_value_not_exactly_in_the_format_is_refused_before_anything_is_
     assert str(err.value).endswith(f"produced rows outside batch 0 [2024-03-09 .. 2024-03-09] of {db}.events: "
                                    "partition 2024-3-9 (1 row, not a yyyy-MM-dd value); nothing written")
     assert current_version(spark, f"{db}.events") == 0
+    assert staging_tables(spark, settings, db) == []
 
 
 def test_a_target_value_of_the_range_not_in_the_format_is_named_at_intake(spark, settings, db, tmp_path):
@@ -449,6 +457,7 @@ def test_a_source_row_outside_the_where_is_refused_with_nothing_written(spark, s
                                    f"[2024-03-09 .. 2024-03-09] of {db}.events: partition 2024-03-09 (1 row); "
                                    "nothing written")
     assert current_version(spark, f"{db}.events") == 0
+    assert staging_tables(spark, settings, db) == []
 
 
 def test_patch_with_a_where_matches_only_the_targets_rows_inside_it(spark, settings, db, tmp_path):

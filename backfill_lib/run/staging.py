@@ -27,7 +27,8 @@ from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
 from backfill_lib.adapters.delta_log import live_metadata
-from backfill_lib.core.errors import SchemaMismatchError, StrayRowsError
+from backfill_lib.core.errors import PartitionError, SchemaMismatchError, StrayRowsError
+from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column, column_mapping_mode
 from backfill_lib.intake.schema_guard import ColumnCast
@@ -174,9 +175,6 @@ def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: Stagin
 
 def _stray_message(plan: BackfillPlan, batch: Batch, stray: list) -> str:
     """What :func:`stage_batch` says of ``stray`` (grouped counts outside the batch's partitions or ``where``)."""
-    from backfill_lib.core.errors import PartitionError
-    from backfill_lib.core.partition_format import PartitionFormat
-
     keys, fmt = plan.partition_keys, plan.partition_format
 
     def listed(groups: list) -> str:
