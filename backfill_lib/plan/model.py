@@ -338,16 +338,15 @@ def build_plan(
         (:func:`batch_partitions`, ``batch_bytes`` of source input per batch).
     now:
         Captured once by the caller; the run ID and ``planned_at`` derive from it.
+    where:
+        The request's ``target.where`` as Spark analysed it (:func:`backfill_lib.intake.where_check.check_where`);
+        required when the request has one. ``state.partitions`` are then the stats of ``where``'s files only.
 
     A rebuild without a range touches every partition the target has now (from the Delta log), in one batch:
     the whole table is re-created at once.
 
     The plan's ``session_time_zone`` is the request's ``time_zone``: the run's SQL runs in it, not in the
     settings' zone.
-
-    where:
-        The request's ``target.where`` as Spark analysed it (:func:`backfill_lib.intake.where_check.check_where`);
-        required when the request has one. ``state.partitions`` are then the stats of ``where``'s files only.
 
     A string partition column (``target.partition_format``) is keyed by its strings. The range's values in the
     Delta log that are not exactly in the format but name a partition of the range (``2024-3-9`` for
