@@ -177,9 +177,14 @@ def add_files(spark: SparkSession, snapshot) -> DataFrame:
     return DataFrame(snapshot.allFiles().toDF(), spark)
 
 
-def read_table_state(spark: SparkSession, name: str, with_partitions: bool = True) -> TableState:
+def read_table_state(spark: SparkSession, name: str, with_partitions: bool = True, *,
+                     partition_column: str | None = None, where: str | None = None) -> TableState:
     """Read ``name``'s version, schema, partition columns, whether its Change Data Feed is on, constraints, column mapping mode and (optionally)
     per-partition stats.
+
+    The stats are keyed by the values of ``partition_column`` (default: the first partition column; none when
+    it is not a partition column), summed over the other partition columns, and count only the files whose
+    partition values satisfy ``where`` (a checked ``target.where``, :func:`partition_stats`).
 
     Raises
     ------
@@ -204,11 +209,25 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     snapshot = latest_snapshot(spark, name)  # the version and its partitions' files, read from one snapshot
     version = int(snapshot.version())
     partitions: dict[str, PartitionStats] = {}
-    if with_partitions and partition_columns:
-        partitions = partition_stats(spark, name, partition_columns[0], snapshot)
+    column = partition_column or (partition_columns[0] if partition_columns else None)
+    if with_partitions and column in partition_columns:
+        partitions = partition_stats(spark, name, column, snapshot, where=where)
     return TableState(name, detail["location"], version, columns, partition_columns, partitions,
                       change_data_feed=change_data_feed, constraints=constraints_of(properties, columns),
                       column_mapping=column_mapping_mode(properties))
+
+
+def _typed_partition_values(snapshot, values) -> list:
+    """Every partition column of ``snapshot``'s table as a column of its type, named as the table names it, from
+    the ``add`` actions' ``partitionValues`` (strings, keyed by physical name under column mapping)."""
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
+    types = {f.name: f.dataType for f in schema.fields}
+    columns, names = [], snapshot.metadata().partitionColumns().iterator()  # a Scala Seq
+    while names.hasNext():
+        columns.append(str(names.next()))
+    return [values.getItem(partition_value_key(snapshot, c)).cast(types[c]).alias(c) for c in columns]
 
 
 def _is_view(spark: SparkSession, name: str) -> bool:
@@ -254,30 +273,40 @@ def live_constraints(spark: SparkSession, name: str) -> tuple[Constraint, ...]:
     return constraints_of(*live_metadata(spark, name))
 
 
-def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None) -> dict[str, PartitionStats]:
+def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None,
+                    where: str | None = None) -> dict[str, PartitionStats]:
     """Files, bytes, rows and a file-set fingerprint per value of ``partition_column`` of Delta table ``name``,
     from the Delta log of ``snapshot`` (default: the latest, from :func:`latest_snapshot`).
 
     A file's rows are its ``numRecords`` less the rows its deletion vector marks deleted (the vector's
-    ``cardinality``; Delta protocol, "Deletion Vectors"), so they count the rows a query reads."""
+    ``cardinality``; Delta protocol, "Deletion Vectors"), so they count the rows a query reads. With several
+    partition columns, a value's stats sum its files over the others; ``where`` (SQL on partition columns, as
+    :class:`~backfill_lib.core.partitions.RowFilter` renders it) keeps only the files whose partition values,
+    cast to their columns' types, satisfy it."""
     snapshot = snapshot if snapshot is not None else latest_snapshot(spark, name)
     files = add_files(spark, snapshot)
     deleted = (F.coalesce(F.col("deletionVector.cardinality"), F.lit(0)) if "deletionVector" in files.columns
                else F.lit(0))
+    values = F.col("partitionValues")
+    # Names no partition column has: ``where`` reads the partition columns beside them by their own names.
+    selected = files.select(
+        values.getItem(partition_value_key(snapshot, partition_column)).alias("__bf_p"),
+        F.col("path").alias("__bf_path"),
+        F.col("size").alias("__bf_size"),
+        (F.get_json_object("stats", "$.numRecords").cast("long") - deleted).alias("__bf_n"),
+        *(_typed_partition_values(snapshot, values) if where is not None else ()),
+    )
+    if where is not None:
+        selected = selected.where(F.coalesce(F.expr(where), F.lit(False)))
     rows = (
-        files.select(
-            F.col("partitionValues").getItem(partition_value_key(snapshot, partition_column)).alias("p"),
-            "path",
-            "size",
-            (F.get_json_object("stats", "$.numRecords").cast("long") - deleted).alias("n"),
-        )
-        .groupBy("p")
+        selected
+        .groupBy(F.col("__bf_p").alias("p"))
         .agg(
             F.count("*").alias("files"),
-            F.sum("size").alias("bytes"),
+            F.sum("__bf_size").alias("bytes"),
             # null when any file lacks stats: then the row count is unknown, not smaller.
-            F.when(F.count("n") == F.count("*"), F.sum("n")).alias("rows"),
-            F.collect_list("path").alias("paths"),
+            F.when(F.count("__bf_n") == F.count("*"), F.sum("__bf_n")).alias("rows"),
+            F.collect_list("__bf_path").alias("paths"),
         )
         .collect()
     )

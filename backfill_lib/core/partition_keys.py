@@ -5,6 +5,10 @@ The plan keys partitions as :func:`backfill_lib.core.partitions.partition_key` r
 (``2024-03-10T03:00:00-04:00``). Spark renders a ``TIMESTAMP`` in the *session* time zone, which need not be
 the request's, so every grouping by partition goes through :class:`PartitionKeys`: Spark renders an
 unambiguous ISO 8601 instant and Python maps it to the plan key.
+
+A ``STRING`` partition column with a ``partition_format`` holds the plan's keys themselves (``20240310``):
+grouping by it needs no mapping. A typed column keyed for such a plan (a rule's source table, :meth:`PartitionKeys.of_source`)
+renders its values in the format.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from backfill_lib.core.partitions import Grain, partition_of_key, quote_ident
+from backfill_lib.core.partitions import Grain, partition_key, partition_of_key, quote_ident
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -26,24 +30,49 @@ _INSTANT = "yyyy-MM-dd'T'HH:mm:ssXXX"
 
 @dataclass(frozen=True)
 class PartitionKeys:
-    """How to key ``column`` (of ``grain``, in ``time_zone``) as the plan does."""
+    """How to key ``column`` (of ``grain``, in ``time_zone``) as the plan does.
+
+    ``format`` is the plan's ``partition_format`` (``None``: ISO keys); ``string_column`` says whether
+    ``column`` holds those formatted strings (the target's column) or typed ``DATE``/``TIMESTAMP`` values whose
+    keys are rendered in the format (:meth:`of`).
+
+    Examples
+    --------
+    >>> PartitionKeys("dt", Grain.DAY, "UTC", "yyyyMMdd").key("20240310")
+    '20240310'
+    >>> PartitionKeys("dt", Grain.DAY, "UTC", "yyyyMMdd", string_column=False).key("2024-03-10")
+    '20240310'
+    """
 
     column: str
     grain: Grain
     time_zone: str
+    format: str | None = None
+    string_column: bool = True
+
+    @property
+    def holds_keys(self) -> bool:
+        """Whether the column's values are the plan's keys as they are (a formatted string column)."""
+        return self.format is not None and self.string_column
 
     def expr(self) -> "Column":
-        """A string column Spark can group by: the date for day and month, an ISO instant for hour."""
+        """A string column Spark can group by: the value of a formatted string column, the date for day and
+        month, an ISO instant for hour."""
         from pyspark.sql import functions as F
 
         column = F.col(quote_ident(self.column))  # quoted: a name may hold a dot (not a struct field)
-        if self.grain is Grain.HOUR:
+        if self.grain is Grain.HOUR and not self.holds_keys:
             return F.date_format(column, _INSTANT)
         return column.cast("string")
 
     def key(self, raw: str | None) -> str | None:
         """The plan key of one value :meth:`expr` produced (``None`` stays ``None``: a NULL partition value)."""
-        if raw is None or self.grain is not Grain.HOUR:
+        if raw is None or self.holds_keys:
+            return raw
+        if self.format is not None:
+            start = partition_of_key(raw, self.grain, self.time_zone).start
+            return partition_key(start, self.grain, self.format, self.time_zone)
+        if self.grain is not Grain.HOUR:
             return raw
         return partition_of_key(raw, self.grain, self.time_zone).key
 
@@ -54,20 +83,25 @@ class PartitionKeys:
             return None
         if isinstance(value, datetime):
             aware = value if value.tzinfo else value.astimezone()
-            return partition_of_key(aware.isoformat(), self.grain, self.time_zone).key
+            return self.key(partition_of_key(aware.isoformat(), self.grain, self.time_zone).key)
         if isinstance(value, date):
-            return value.isoformat()
+            return self.key(value.isoformat())
         return self.key(str(value))
 
     def rekey(self, values: dict[str | None, V]) -> dict[str | None, V]:
         """``values`` keyed by :meth:`expr`'s strings, re-keyed by plan keys."""
-        if self.grain is not Grain.HOUR:
+        if self.holds_keys or (self.grain is not Grain.HOUR and self.format is None):
             return values
         return {self.key(k): v for k, v in values.items()}
 
     def of(self, column: str) -> "PartitionKeys":
-        """The same keying for another column of the same grain (a source's partition column)."""
-        return PartitionKeys(column, self.grain, self.time_zone)
+        """The same keying for another column holding the same values (an alias of this one)."""
+        return PartitionKeys(column, self.grain, self.time_zone, self.format, self.string_column)
+
+    def of_source(self, column: str) -> "PartitionKeys":
+        """The keying of a source table's ``DATE``/``TIMESTAMP`` partition column of the same grain (a rule's
+        ``source.partition_column``): its values keyed as the plan keys partitions (in the plan's format)."""
+        return PartitionKeys(column, self.grain, self.time_zone, self.format, string_column=False)
 
 
 def keys_of(column: "str | PartitionKeys") -> PartitionKeys:

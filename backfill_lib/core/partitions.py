@@ -8,6 +8,9 @@ half-open ``[start, end)``. Partition keys are the strings Delta stores as parti
 - ``hour``: a ``TIMESTAMP`` column holding the start of the hour, key ``YYYY-MM-DDTHH:00:00+HH:MM`` in the
   request's time zone. Hours are counted in UTC, so a local day has 23 or 25 hours across daylight-saving
   changes.
+- any grain on a ``STRING`` column with a ``partition_format`` (:mod:`backfill_lib.core.partition_format`): the
+  key is the partition's start rendered in that pattern (``20240310``), the string Delta stores; predicates
+  compare those strings (an ``IN`` list), never parse the column.
 
 Nothing here touches Spark.
 """
@@ -20,6 +23,7 @@ from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from backfill_lib.core.errors import PartitionError
+from backfill_lib.core.partition_format import PartitionFormat
 
 
 class Grain(str, enum.Enum):
@@ -91,18 +95,23 @@ def half_open(first: date, last: date, grain: Grain, time_zone: str) -> tuple[da
     return start.astimezone(timezone.utc), end.astimezone(timezone.utc)
 
 
-def partition_key(value: date | datetime, grain: Grain) -> str:
-    """The Delta partition-value string of a partition starting at ``value``."""
+def partition_key(value: date | datetime, grain: Grain, fmt: str | None = None, time_zone: str = "UTC") -> str:
+    """The Delta partition-value string of a partition starting at ``value``: ``fmt`` (a ``partition_format``)
+    rendered in ``time_zone`` when given."""
+    if fmt is not None:
+        return PartitionFormat.of(fmt).render(value, grain.value, time_zone)
     if grain is Grain.HOUR:
         return value.isoformat(timespec="seconds")
     return value.isoformat()
 
 
-def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Grain, time_zone: str) -> list[Partition]:
-    """All partitions in ``[start, end)``, in order.
+def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Grain, time_zone: str,
+                         fmt: str | None = None) -> list[Partition]:
+    """All partitions in ``[start, end)``, in order, keyed in ``fmt`` when given (:func:`partition_key`).
 
     For ``hour`` the steps are taken in UTC and each start is shown in ``time_zone``, so no hour is skipped or
-    doubled at daylight-saving changes.
+    doubled at daylight-saving changes (a ``fmt`` without offset renders the repeated hour of a fall-back twice
+    alike: see :func:`repeated_keys`).
     """
     out: list[Partition] = []
     if grain is Grain.HOUR:
@@ -111,13 +120,13 @@ def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Gr
         cur = start.astimezone(timezone.utc)
         stop = end.astimezone(timezone.utc)
         while cur < stop:
-            out.append(Partition(cur, cur + step, partition_key(cur.astimezone(tz), grain)))
+            out.append(Partition(cur, cur + step, partition_key(cur.astimezone(tz), grain, fmt, time_zone)))
             cur += step
         return out
     cur = start
     while cur < end:
         nxt = cur + timedelta(days=1) if grain is Grain.DAY else _first_of_next_month(cur)
-        out.append(Partition(cur, nxt, partition_key(cur, grain)))
+        out.append(Partition(cur, nxt, partition_key(cur, grain, fmt, time_zone)))
         cur = nxt
     return out
 
@@ -143,15 +152,20 @@ def hour_value_start(value: str) -> datetime:
         raise PartitionError(f"partition value '{value}' is not a hour partition") from exc
 
 
-def partition_of_key(key: str, grain: Grain, time_zone: str) -> Partition:
+def partition_of_key(key: str, grain: Grain, time_zone: str, fmt: str | None = None) -> Partition:
     """The partition a Delta partition-value string names (``2013-01-01``; hours as ISO 8601 timestamps, a
-    value without offset read as UTC).
+    value without offset read as UTC; with ``fmt``, exactly a value of that pattern).
 
     Raises
     ------
     PartitionError
-        When ``key`` is not a value of the grain, naming it.
+        When ``key`` is not a value of the grain (or of ``fmt``), naming it.
     """
+    if fmt is not None:
+        start = PartitionFormat.of(fmt).parse(key, grain.value, time_zone)
+        if grain is Grain.HOUR:
+            return Partition(start, start + timedelta(hours=1), key)
+        return Partition(start, _first_of_next_month(start) if grain is Grain.MONTH else start + timedelta(days=1), key)
     try:
         if grain is Grain.HOUR:
             start = _utc_instant(key)
@@ -182,6 +196,12 @@ def sql_literal(value: date | datetime) -> str:
     return f"DATE'{value.isoformat()}'"
 
 
+def string_literal(value: str) -> str:
+    """A Spark SQL string literal of ``value`` (backslash and quote escaped, as Spark's default parser reads
+    them)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def quote_ident(name: str) -> str:
     """Back-quote a column name for Spark SQL."""
     return "`" + name.replace("`", "``") + "`"
@@ -204,8 +224,22 @@ def range_predicate(column: str, start: date | datetime, end: date | datetime, q
     return f"{col} >= {sql_literal(start)} AND {col} < {sql_literal(end)}"
 
 
-def partitions_predicate(column: str, partitions: list[Partition]) -> str:
-    """The SQL predicate selecting exactly ``partitions`` of ``column`` (an OR of contiguous ranges).
+def keys_predicate(column: str, keys: list[str], qualifier: str = "", shown: int | None = None) -> str:
+    """``(col = 'k')`` or ``(col IN ('k1', 'k2', ...))``: the SQL predicate of the string partitions ``keys``.
+    ``shown`` (for people, never run) keeps that many values from each end of a longer list."""
+    col = (f"{qualifier}." if qualifier else "") + quote_ident(column)
+    if len(keys) == 1:
+        return f"({col} = {string_literal(keys[0])})"
+    literals = [string_literal(k) for k in keys]
+    if shown is not None and len(literals) > 2 * shown:
+        literals = [*literals[:shown], f"... {len(literals) - 2 * shown:,} more ...", *literals[-shown:]]
+    return f"({col} IN ({', '.join(literals)}))"
+
+
+def partitions_predicate(column: str, partitions: list[Partition], qualifier: str = "", formatted: bool = False,
+                         shown: int | None = None) -> str:
+    """The SQL predicate selecting exactly ``partitions`` of ``column`` (an OR of contiguous ranges; for a
+    ``formatted`` string column, the keys: :func:`keys_predicate`). ``qualifier``: a table alias.
 
     Raises
     ------
@@ -214,6 +248,39 @@ def partitions_predicate(column: str, partitions: list[Partition]) -> str:
     """
     if not partitions:
         raise PartitionError("no partitions to build a predicate for")
+    if formatted:
+        return keys_predicate(column, [p.key for p in sorted(partitions)], qualifier, shown)
     runs = contiguous_runs(partitions)
-    parts = [f"({range_predicate(column, s, e)})" for s, e in runs]
+    parts = [f"({range_predicate(column, s, e, qualifier)})" for s, e in runs]
     return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+
+def repeated_keys(partitions: list[Partition]) -> list[tuple[str, list[Partition]]]:
+    """The keys more than one of ``partitions`` renders to (an hour pattern without offset at a daylight-saving
+    fall-back), each with those partitions, in order."""
+    by_key: dict[str, list[Partition]] = {}
+    for p in partitions:
+        by_key.setdefault(p.key, []).append(p)
+    return [(k, ps) for k, ps in by_key.items() if len(ps) > 1]
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """A request's ``target.where`` as Spark analysed it at intake
+    (:func:`backfill_lib.intake.where_check.check_where`): a deterministic predicate on partition columns of the
+    target other than the range's.
+
+    ``sql`` is Spark's rendering of the analysed expression with unqualified columns (no comments, every name
+    quoted where needed), ``target_sql`` the same with the columns qualified by ``t`` (the target's alias in a
+    MERGE, where the staged rows ``s`` have the same columns); ``columns`` are the columns it reads."""
+
+    text: str
+    sql: str
+    target_sql: str
+    columns: tuple[str, ...] = ()
+
+    def on(self, qualifier: str = "") -> str:
+        """The predicate with columns unqualified (``""``) or qualified by ``t``."""
+        if qualifier not in ("", "t"):
+            raise PartitionError(f"target.where is rendered for the alias t only, not {qualifier}")
+        return self.target_sql if qualifier else self.sql

@@ -71,8 +71,9 @@ def constraints_of(properties: dict[str, str], columns: tuple[Column, ...]) -> t
 class TableState:
     """A Delta table as of one version.
 
-    ``partitions`` maps Delta partition-value strings (``YYYY-MM-DD`` for a date column) of the first partition
-    column to their stats. ``change_data_feed`` is whether the table property ``delta.enableChangeDataFeed`` is
+    ``partitions`` maps Delta partition-value strings (``YYYY-MM-DD`` for a date column, the strings of a string
+    column) of one partition column (the range's, as read for the plan; by default the first) to their stats,
+    summed over the other partition columns and counting only the files of a ``target.where`` when read with one. ``change_data_feed`` is whether the table property ``delta.enableChangeDataFeed`` is
     ``true``: every commit then also records its changed rows for ``table_changes`` / ``readChangeFeed``.
     ``constraints`` are the CHECK and NOT NULL constraints Delta enforces on writes
     (:func:`constraints_of`); ``column_mapping`` is the table's ``delta.columnMapping.mode`` (``none``, ``name``

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backfill_lib.core.errors import PartitionError, RequestError
+from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partitions import Grain, half_open, zone
 from backfill_lib.core.safe_yaml import load as load_yaml
 from backfill_lib.intake.rules import DiffGate, MetricSpec
@@ -72,16 +73,46 @@ class _Frozen(BaseModel):
 
 
 class Target(_Frozen):
-    """The Delta table to backfill: catalog name ``[catalog.]schema.table``, partition column and grain."""
+    """The Delta table to backfill: catalog name ``[catalog.]schema.table``, the partition column that carries the
+    range and its grain, and the layout around it.
+
+    - ``partition_column`` may be at any position of the table's partition spec (``PARTITIONED BY (region,
+      event_date)``); it is a ``DATE`` (day, month) or ``TIMESTAMP`` (hour) column, or a ``STRING`` one with
+      ``partition_format``.
+    - ``partition_format``: the Spark datetime pattern of a ``STRING`` partition column (``yyyy-MM-dd``,
+      ``yyyyMMdd``, ``yyyy-MM-dd-HH``; see :mod:`backfill_lib.core.partition_format`).
+    - ``where``: a SQL predicate on the table's other partition columns (``region = 'EU'``) that narrows the
+      backfill: staging, validation, diff and publish cover exactly the range and ``where``; the range's rows
+      outside it are never touched. Checked at intake by Spark's analyzer
+      (:func:`backfill_lib.intake.where_check.check_where`).
+    """
 
     table: str
     partition_column: str
     grain: Grain = Grain.DAY
+    partition_format: str | None = None
+    where: str | None = None
 
     @field_validator("table")
     @classmethod
     def _table_name(cls, value: str) -> str:
         return check_table_name(value)
+
+    @field_validator("where")
+    @classmethod
+    def _where_text(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be blank (leave it out to backfill every partition of the range)")
+        return None if value is None else value.strip()
+
+    @model_validator(mode="after")
+    def _format_fits_grain(self) -> "Target":
+        if self.partition_format is not None:
+            try:
+                PartitionFormat.of(self.partition_format).check_grain(self.grain.value)
+            except PartitionError as exc:
+                raise ValueError(f"partition_format: {exc}") from None
+        return self
 
 
 class DateRange(_Frozen):
@@ -271,6 +302,9 @@ class BackfillRequest(_Frozen):
         if self.publish_mode is not PublishMode.REPLACE and self.strategy is not Strategy.RECOMPUTE:
             raise ValueError(f"publish_mode: {self.publish_mode.value} applies to strategy recompute only "
                              f"(got strategy {self.strategy.value})")
+        if self.target.where is not None and self.strategy.whole_table:
+            raise ValueError(f"target.where: a {self.strategy.value} re-creates the whole table; where applies to "
+                             "recompute and patch")
         if self.range is None:
             if not self.strategy.whole_table:  # only a whole-table strategy may cover every partition
                 raise ValueError(f"range: required for strategy {self.strategy.value}")
@@ -323,9 +357,10 @@ def _describe(err: dict) -> str:
     if err["type"] == "enum":
         msg = f"{msg}, got '{_shown(err['input'])}'"
     field = _field_of(err)
-    named = re.match(r"^(\w+): (.*)$", msg)
-    if not field and named:  # a whole-model check names its field as a prefix
-        field, msg = named.groups()
+    named = re.match(r"^([\w.]+): (.*)$", msg)
+    if named and (not field or err["type"] == "value_error"):  # a whole-model check names its field as a prefix
+        name, msg = named.groups()
+        field = f"{field}.{name}" if field else name
     return f"field '{field or 'request'}': {msg}"
 
 

@@ -5,38 +5,62 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from backfill_lib.core.errors import IntakeError
+from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.table_state import Column, TableState
 from backfill_lib.intake.request import BackfillRequest
 
 
-def check_request_against_table(request: BackfillRequest, state: TableState) -> None:
+def check_request_against_table(request: BackfillRequest, state: TableState, where: RowFilter | None = None) -> None:
     """Raise :class:`IntakeError` naming the table and column when the request does not fit the table.
 
-    Checks: the partition column exists, is the table's first partition column, and has the type the grain
-    needs (``date`` for day and month, ``timestamp`` for hour); every key column exists.
+    Checks: the partition column exists, is one of the table's partition columns (at any position of its
+    partition spec), and has the type the grain needs (``date`` for day and month, ``timestamp`` for hour, or
+    ``string`` with ``target.partition_format``); every key column exists; ``where`` (the checked
+    ``target.where``) reads only other partition columns (:func:`check_where_columns`).
     """
     target = request.target
-    if state.column(target.partition_column) is not None and (
-            not state.partition_columns or state.partition_columns[0] != target.partition_column):
+    if state.column(target.partition_column) is not None and target.partition_column not in state.partition_columns:
         have = ", ".join(state.partition_columns) or "none"
         raise IntakeError(
             f"table {state.name} is not partitioned by {target.partition_column} (partition columns: {have})"
         )
     check_columns_fit(f"table {state.name}", state.columns, request)
+    if where is not None:
+        check_where_columns(state, target.partition_column, where, "field 'target.where'")
+
+
+def check_where_columns(state: TableState, range_column: str, where: RowFilter, at: str) -> None:
+    """Raise :class:`IntakeError` starting with ``at`` unless every column ``where`` reads is a partition column
+    of ``state`` other than ``range_column``: the publish predicate then stays partition-only, and the plan's cost
+    and the fence can select ``where``'s files from the Delta log's partition values."""
+    others = [c for c in state.partition_columns if c != range_column]
+    for column in where.columns:
+        if column == range_column:
+            raise IntakeError(f"{at}: '{where.text}' reads {column}, the column the range selects; where narrows by "
+                              f"the other partition columns ({', '.join(others) or 'none'})")
+        if column not in others:
+            raise IntakeError(f"{at}: '{where.text}' reads {column}, which is not a partition column of table "
+                              f"{state.name} (partition columns: {', '.join(state.partition_columns) or 'none'}); "
+                              f"where narrows by the other partition columns only")
 
 
 def check_columns_fit(where: str, columns: Sequence[Column], request: BackfillRequest) -> None:
     """Raise :class:`IntakeError` starting with ``where`` (``table NAME``, or a source file) unless ``columns``
     hold the request's partition column, of the type its grain needs (``date`` for day and month, ``timestamp``
-    for hour), and every key column. The one check of both sides: the target at plan time, a rebuild's source
-    (whose other columns may change) at run time."""
+    for hour; ``string`` with a ``partition_format``), and every key column. The one check of both sides: the
+    target at plan time, a rebuild's source (whose other columns may change) at run time."""
     target = request.target
     col = next((c for c in columns if c.name == target.partition_column), None)
     if col is None:
         raise IntakeError(f"{where} has no column {target.partition_column} (field target.partition_column)")
-    if col.type != target.grain.spark_type:
+    if target.partition_format is not None:
+        if col.type != "string":
+            raise IntakeError(f"{where} column {col.name} is {col.type}: target.partition_format applies to a string "
+                              f"column (leave it out for a {col.type} column)")
+    elif col.type != target.grain.spark_type:
+        hint = " (a string column needs target.partition_format, e.g. yyyy-MM-dd)" if col.type == "string" else ""
         raise IntakeError(f"{where} column {col.name} is {col.type}, grain {target.grain.value} needs "
-                          f"{target.grain.spark_type}")
+                          f"{target.grain.spark_type}{hint}")
     names = {c.name for c in columns}
     for key in request.keys:
         if key not in names:

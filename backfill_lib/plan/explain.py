@@ -11,6 +11,8 @@ from backfill_lib.strategies.kinds import kind_for
 
 #: Longer partition lists show this many rows from each end.
 EDGE_ROWS = 10
+#: Longer ``IN`` lists of string partitions show this many values from each end.
+EDGE_VALUES = 3
 
 
 def human_bytes(n: int) -> str:
@@ -51,6 +53,30 @@ def _zone_line(plan: BackfillPlan) -> str:
     return line
 
 
+def layout_line(plan: BackfillPlan) -> str:
+    """The target's partition spec and which column carries the range, of which type (and format)."""
+    column = plan.partition_column
+    spec = plan.partition_spec
+    kind = next((c.type for c in plan.target_columns if c.name == column), None) or plan.request.target.grain.spark_type
+    carried = f"{kind}, grain {plan.request.target.grain.value}"
+    if plan.partition_format is not None:
+        carried = f"{kind} in partition_format {plan.partition_format}, grain {plan.request.target.grain.value}"
+    line = f"partitioned by ({', '.join(spec)}); the range is on {column} ({carried})"
+    others = [c for c in spec if c != column]
+    if others:
+        line += (f", column {spec.index(column) + 1} of {len(spec)}; each partition's cost sums its files over "
+                 f"{', '.join(others)}")
+    return line
+
+
+def where_line(plan: BackfillPlan) -> str:
+    """``target.where`` as the request writes it and as Spark analysed it, or that there is none."""
+    if plan.where is None:
+        return "none: every row of the range"
+    return (f"{plan.where.text} (analysed: {plan.where.sql}); only the range's rows where it holds are staged, "
+            "validated and published, the others are not touched, and a source row outside it fails the run")
+
+
 def _pins_line(plan: BackfillPlan) -> str:
     pins = plan.source_versions
     if pins is None:
@@ -83,6 +109,9 @@ def explain(plan: BackfillPlan) -> Group:
         ("owner / reason", f"{r.owner} / {r.reason}"),
         ("target", f"{plan.target_table} at version {plan.target_version}"),
         ("strategy", strategy.describe(plan)),
+        ("layout", layout_line(plan)),
+        ("where", where_line(plan)),
+        ("publish statement", strategy.publish_statement(plan, shown=EDGE_VALUES) if parts or strategy.whole_table else "none (no partitions)"),
         ("partitions", f"{len(parts):,} x {r.target.grain.value} on {plan.partition_column} "
                        f"(time zone {r.time_zone}), {first_last}"),
         ("range", range_line),

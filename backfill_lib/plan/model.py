@@ -12,14 +12,17 @@ import secrets
 from dataclasses import asdict, dataclass
 from datetime import date, datetime, timezone
 
-from backfill_lib.core.errors import RequestError
+from backfill_lib.core.errors import IntakeError, PartitionError, RequestError
+from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import (
     Partition,
+    RowFilter,
     enumerate_partitions,
     hour_value_start,
     partition_of_key,
     partitions_predicate,
+    repeated_keys,
 )
 from backfill_lib.core.settings import DEFAULT_BATCH_BYTES
 from backfill_lib.core.table_state import PartitionStats, TableState
@@ -126,10 +129,16 @@ class BackfillPlan:
         """
         from backfill_lib.core.partitions import Grain
 
-        return "UTC" if self.request.target.grain is Grain.HOUR else self.session_time_zone
+        timestamp_hours = self.request.target.grain is Grain.HOUR and self.partition_format is None
+        return "UTC" if timestamp_hours else self.session_time_zone
     #: the version of every Delta source the run reads (source SQL tables, rules' tables); ``None`` until the
     #: run pins them (:func:`backfill_lib.plan.source_pins.pin_sources`), and for runs stored before pinning existed
     source_versions: tuple[SourceVersion, ...] | None = None
+    #: the target's partition spec as the plan read it (the range's column at any position); ``()`` for plans
+    #: stored before it was recorded
+    target_partition_columns: tuple[str, ...] = ()
+    #: ``target.where`` as Spark analysed it at intake (``None``: every partition of the range)
+    where: RowFilter | None = None
 
     @property
     def pinned_versions(self) -> dict[str, int] | None:
@@ -154,18 +163,41 @@ class BackfillPlan:
         return self.request.target.partition_column
 
     @property
+    def partition_format(self) -> str | None:
+        """The pattern of a ``STRING`` partition column (``target.partition_format``), else ``None``."""
+        return self.request.target.partition_format
+
+    @property
+    def partition_spec(self) -> tuple[str, ...]:
+        """The target's partition columns in order (the range's column alone for a plan stored without them)."""
+        return self.target_partition_columns or (self.partition_column,)
+
+    @property
     def partitions(self) -> tuple[PlannedPartition, ...]:
         return tuple(p for b in self.batches for p in b.partitions)
 
     @property
     def partition_keys(self) -> PartitionKeys:
         """How runtime code keys the partition column's values as this plan keys its partitions."""
-        return PartitionKeys(self.partition_column, self.request.target.grain, self.request.time_zone)
+        return PartitionKeys(self.partition_column, self.request.target.grain, self.request.time_zone,
+                             self.partition_format)
 
-    def predicate(self, partitions: list[Partition] | None = None) -> str:
-        """The SQL predicate of ``partitions`` (default: every planned partition) on the partition column."""
+    def partition_predicate(self, partitions: list[Partition] | None = None, qualifier: str = "",
+                            shown: int | None = None) -> str:
+        """The SQL predicate of ``partitions`` (default: every planned partition) on the partition column alone:
+        ranges of ``DATE``/``TIMESTAMP`` literals, or the keys of a formatted string column (``shown``: a
+        shortened ``IN`` list, for people)."""
         chosen = partitions if partitions is not None else [p.partition for p in self.partitions]
-        return partitions_predicate(self.partition_column, chosen)
+        return partitions_predicate(self.partition_column, chosen, qualifier, self.partition_format is not None,
+                                    shown)
+
+    def predicate(self, partitions: list[Partition] | None = None, qualifier: str = "",
+                  shown: int | None = None) -> str:
+        """The SQL predicate of the rows the run covers: ``partitions`` (default: every planned partition) on
+        the partition column, ``AND`` the request's ``target.where`` when it has one. ``qualifier``: ``""``, or
+        ``t`` for the target's alias in a MERGE."""
+        chosen = self.partition_predicate(partitions, qualifier, shown)
+        return chosen if self.where is None else f"{chosen} AND ({self.where.on(qualifier)})"
 
     def batch_predicate(self, batch: Batch) -> str:
         return self.predicate([p.partition for p in batch.partitions])
@@ -203,15 +235,19 @@ class BackfillPlan:
             "write_time_zone": self.write_time_zone,
             "source_versions": (None if self.source_versions is None
                                 else [asdict(s) for s in self.source_versions]),
+            "target_partition_columns": list(self.target_partition_columns),
+            "where": None if self.where is None else asdict(self.where),
         }
 
 
-def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str) -> dict[str, PartitionStats]:
-    """Delta's partition values keyed as the plan keys them. Day and month values already match; Delta writes
-    timestamp values as UTC (``2024-03-10T07:00:00.000000Z``), which become local keys of the request's zone."""
+def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str,
+                 fmt: str | None = None) -> dict[str, PartitionStats]:
+    """Delta's partition values keyed as the plan keys them. Day and month values already match, and so do a
+    formatted string column's (``fmt``; a value not in the format matches no plan key); Delta writes timestamp
+    values as UTC (``2024-03-10T07:00:00.000000Z``), which become local keys of the request's zone."""
     from backfill_lib.core.partitions import Grain
 
-    if grain is not Grain.HOUR:
+    if grain is not Grain.HOUR or fmt is not None:
         return partitions
     return {partition_of_key(k, grain, time_zone).key: v for k, v in partitions.items() if k is not None}
 
@@ -237,14 +273,15 @@ def batch_partitions(planned: list[PlannedPartition], source_input: SourceInput,
     return max(1, min(n, batch_bytes * n // total))  # batch_bytes / (total / n), in integers
 
 
-def _with_current_stats(parts: list[Partition], partitions: dict[str, PartitionStats], grain) -> list[PlannedPartition]:
+def _with_current_stats(parts: list[Partition], partitions: dict[str, PartitionStats], grain,
+                        formatted: bool = False) -> list[PlannedPartition]:
     """Each partition with the target's stats for it. Hours are matched by their UTC start, which parses
     Delta's value once per partition instead of building a second set of keys (planning ten years of hours
-    stays linear and fast)."""
+    stays linear and fast); a formatted string column's values are the keys."""
     from backfill_lib.core.partitions import Grain
 
     empty = PartitionStats()
-    if grain is not Grain.HOUR:
+    if grain is not Grain.HOUR or formatted:
         return [PlannedPartition(p, partitions.get(p.key, empty)) for p in parts]
     by_start = {hour_value_start(value): stats for value, stats in partitions.items() if value is not None}
     return [PlannedPartition(p, by_start.get(p.start.astimezone(timezone.utc), empty)) for p in parts]
@@ -290,6 +327,7 @@ def build_plan(
     run_id: str | None = None,
     source_input: SourceInput = SourceInput(),
     batch_bytes: int = DEFAULT_BATCH_BYTES,
+    where: RowFilter | None = None,
 ) -> BackfillPlan:
     """Build the frozen plan of ``request`` against the target's ``state``. Pure.
 
@@ -300,6 +338,9 @@ def build_plan(
         (:func:`batch_partitions`, ``batch_bytes`` of source input per batch).
     now:
         Captured once by the caller; the run ID and ``planned_at`` derive from it.
+    where:
+        The request's ``target.where`` as Spark analysed it (:func:`backfill_lib.intake.where_check.check_where`);
+        required when the request has one. ``state.partitions`` are then the stats of ``where``'s files only.
 
     A rebuild without a range touches every partition the target has now (from the Delta log), in one batch:
     the whole table is re-created at once.
@@ -307,21 +348,32 @@ def build_plan(
     The plan's ``session_time_zone`` is the request's ``time_zone``: the run's SQL runs in it, not in the
     settings' zone.
 
+    A string partition column (``target.partition_format``) is keyed by its strings. The range's values in the
+    Delta log that are not exactly in the format but name a partition of the range (``2024-3-9`` for
+    ``yyyy-MM-dd``) are refused: the run would leave their rows beside the recomputed ones. An hour format without
+    offset across a daylight-saving fall-back is refused: the repeated hour's two partitions would be one value.
+
     Raises
     ------
     IntakeError
-        When the request does not fit the table (see :func:`check_request_against_table`).
+        When the request does not fit the table (see :func:`check_request_against_table`), or its string
+        partitions do not (above).
     """
-    check_request_against_table(request, state)
-    grain, tz = request.target.grain, request.time_zone
+    target = request.target
+    if target.where is not None and (where is None or where.text != target.where):
+        raise IntakeError(f"field 'target.where': '{target.where}' was not checked against table {state.name}")
+    check_request_against_table(request, state, where)
+    grain, tz, fmt = target.grain, request.time_zone, target.partition_format
     bounds = request.bounds()
     if bounds is None:
-        parts = sorted({partition_of_key(k, grain, tz) for k in state.partitions if k is not None})
+        parts = sorted({_partition_of_value(k, grain, tz, fmt, state) for k in state.partitions if k is not None})
         start, end = (parts[0].start, parts[-1].end) if parts else (None, None)
     else:
         start, end = bounds
-        parts = enumerate_partitions(start, end, grain, tz)
-    planned = _with_current_stats(parts, state.partitions, grain)
+        parts = enumerate_partitions(start, end, grain, tz, fmt)
+        if fmt is not None:
+            _check_format_values(request, state, parts)
+    planned = _with_current_stats(parts, state.partitions, grain, fmt is not None)
     if request.strategy.whole_table:  # one CREATE OR REPLACE of the staging table
         size = len(planned) or 1
     else:
@@ -347,7 +399,57 @@ def build_plan(
         run_id_minted=minted,
         target_change_data_feed=state.change_data_feed,
         session_time_zone=tz,
+        target_partition_columns=state.partition_columns,
+        where=where,
     )
+
+
+def _partition_of_value(value: str, grain, time_zone: str, fmt: str | None, state: TableState) -> Partition:
+    """The partition a Delta partition value of ``state`` names; a value not in ``fmt`` is an intake error."""
+    try:
+        return partition_of_key(value, grain, time_zone, fmt)
+    except PartitionError as exc:
+        if fmt is None:
+            raise
+        raise IntakeError(f"table {state.name} holds partition value '{value}', which does not match "
+                          f"target.partition_format {fmt}: {exc}") from None
+
+
+def _check_format_values(request: BackfillRequest, state: TableState, parts: list[Partition]) -> None:
+    """Refuse what a formatted string column cannot backfill exactly (see :func:`build_plan`)."""
+    target, tz = request.target, request.time_zone
+    fmt = PartitionFormat.of(target.partition_format)
+    repeated = repeated_keys(parts)
+    if repeated:
+        key, hours = repeated[0]
+        shown = " and ".join(p.start.astimezone(timezone.utc).isoformat(timespec="minutes") for p in hours)
+        raise IntakeError(
+            f"field 'target.partition_format': {target.partition_format} renders the hours {shown} (UTC) as the "
+            f"same value '{key}' in {tz} (a daylight-saving fall-back): their rows cannot be told apart in "
+            f"{target.partition_column}; use a format with an offset (e.g. yyyy-MM-dd'T'HH:mmXXX), time_zone UTC "
+            "if the column holds UTC hours, or a range that does not cross the fall-back")
+    if not parts:
+        return
+    keys = {p.key for p in parts}
+    first, end = parts[0].start, parts[-1].end
+    odd = []
+    for value in state.partitions:
+        if value is None or value in keys:
+            continue
+        try:
+            fmt.parse(value, target.grain.value, tz)
+            continue  # exactly in the format: a partition outside the range
+        except PartitionError:
+            pass
+        start = fmt.loose_start(value, target.grain.value, tz)
+        if start is not None and first <= start < end:
+            odd.append(value)
+    if odd:
+        listed = ", ".join(f"'{v}'" for v in sorted(odd)[:5]) + (f" and {len(odd) - 5} more" if len(odd) > 5 else "")
+        raise IntakeError(
+            f"table {state.name} column {target.partition_column} holds partition values in the range that do not "
+            f"match target.partition_format {target.partition_format}: {listed}; the run would leave their rows "
+            "beside the recomputed ones (rewrite them in the format first)")
 
 
 def plan_from_summary(summary: dict) -> BackfillPlan:
@@ -357,10 +459,10 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
     from backfill_lib.core.table_state import Column
 
     request = BackfillRequest.model_validate(summary["request"])
-    grain, tz = request.target.grain, request.time_zone
+    grain, tz, fmt = request.target.grain, request.time_zone, request.target.partition_format
     stats = summary["current_partitions"]
     batches = tuple(
-        Batch(i, tuple(PlannedPartition(partition_of_key(k, grain, tz), PartitionStats(**stats[k])) for k in keys))
+        Batch(i, tuple(PlannedPartition(partition_of_key(k, grain, tz, fmt), PartitionStats(**stats[k])) for k in keys))
         for i, keys in enumerate(summary["batches"])
     )
     parts = [p.partition for b in batches for p in b.partitions]
@@ -384,4 +486,7 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         session_time_zone=summary.get("session_time_zone") or tz,
         source_versions=(None if summary.get("source_versions") is None
                          else tuple(SourceVersion(**s) for s in summary["source_versions"])),
+        target_partition_columns=tuple(summary.get("target_partition_columns") or ()),
+        where=None if summary.get("where") is None else RowFilter(**{**summary["where"],
+                                                                      "columns": tuple(summary["where"]["columns"])}),
     )

@@ -15,10 +15,12 @@ from pyspark.sql import SparkSession
 from backfill_lib.adapters.delta_log import read_table_state
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.adapters.session import session_time_zone
+from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_state import TableState
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.intake.rule_checks import check_rules
+from backfill_lib.intake.where_check import check_where
 from backfill_lib.plan.model import BackfillPlan, build_plan
 from backfill_lib.plan.source_pins import pin_sources
 from backfill_lib.plan.source_query import source_frame, source_input
@@ -46,9 +48,9 @@ def prepare(
     bounds = request.bounds() or (None, None)
     with session_time_zone(spark, request.time_zone, str(request_path)), \
             ThreadPoolExecutor(2, thread_name_prefix="prepare") as pool:  # two independent reads of metadata
-        state_read = pool.submit(in_pool, spark, read_table_state, spark, request.target.table)
+        state_read = pool.submit(in_pool, spark, _target_state, spark, request, str(request_path))
         inputs = pool.submit(in_pool, spark, _pinned_input, spark, request, bounds)
-        state = state_read.result()
+        state, where = state_read.result()
         pins, frame, found = inputs.result()
     check_rules(spark, request, str(request_path), frame)  # in `backfill plan` too: a bad rule never reaches staging
     plan = build_plan(
@@ -61,8 +63,20 @@ def prepare(
         now=utc_now(),
         source_input=found,
         run_id=run_id,
+        where=where,
     )
     return replace(plan, source_versions=pins), state
+
+
+def _target_state(spark: SparkSession, request: BackfillRequest, request_path: str) -> tuple[TableState, RowFilter | None]:
+    """The target's state with per-partition stats of the range's column, and its checked ``target.where``
+    (whose files alone the stats then count; checked first against the table's schema and partition spec)."""
+    table, column = request.target.table, request.target.partition_column
+    where = None
+    if request.target.where is not None:
+        where = check_where(spark, request, read_table_state(spark, table, with_partitions=False), request_path)
+    state = read_table_state(spark, table, partition_column=column, where=where.sql if where else None)
+    return state, where
 
 
 def _pinned_input(spark: SparkSession, request: BackfillRequest, bounds) -> tuple:
@@ -78,7 +92,7 @@ def mart_plan(spark: SparkSession, settings: Settings, plan: BackfillPlan, index
     covering ``plan``'s range, approved as ``plan`` is."""
     mart = plan.request.marts[index]
     request = plan.request.mart_request(mart)
-    state = read_table_state(spark, mart.table)
+    state = read_table_state(spark, mart.table, partition_column=mart.partition_column)
     child = build_plan(
         request, state, request_path=plan.request_path, staging_schema=settings.staging_schema,
         batch_size=settings.batch_size, batch_bytes=settings.batch_bytes, now=utc_now(),

@@ -93,8 +93,9 @@ def publish_options(plan: BackfillPlan) -> dict[str, str]:
 def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
     """Refuse to publish when a commit changed the range's data files since the plan read the target.
 
-    Compares each planned partition's file-set fingerprint from the Delta log now with the plan's. Commits
-    that touched only other partitions pass. Returns the target's current version.
+    Compares each planned partition's file-set fingerprint from the Delta log now with the plan's (within
+    ``target.where``, as the plan read them). Commits that touched only other partitions pass. Returns the
+    target's current version.
 
     Raises
     ------
@@ -114,8 +115,9 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
     from backfill_lib.plan.model import stats_by_key
 
     request = plan.request
-    now = stats_by_key(partition_stats(spark, plan.target_table, plan.partition_column, snapshot),
-                       request.target.grain, request.time_zone)
+    now = stats_by_key(partition_stats(spark, plan.target_table, plan.partition_column, snapshot,
+                                       where=None if plan.where is None else plan.where.sql),
+                       request.target.grain, request.time_zone, plan.partition_format)
     empty = PartitionStats()
     changed = [p.key for p in plan.partitions if now.get(p.key, empty).fingerprint != p.current.fingerprint]
     if changed:

@@ -27,7 +27,8 @@ from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
 from backfill_lib.adapters.delta_log import live_metadata
-from backfill_lib.core.errors import SchemaMismatchError, StrayRowsError
+from backfill_lib.core.errors import PartitionError, SchemaMismatchError, StrayRowsError
+from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column, column_mapping_mode
 from backfill_lib.intake.schema_guard import ColumnCast
@@ -146,28 +147,60 @@ def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: Stagin
     Raises
     ------
     StrayRowsError
-        When ``df`` holds rows outside the batch's partitions; the message names the first offending partitions
-        and their row counts. Nothing is written.
+        When ``df`` holds rows outside the batch's partitions or outside ``target.where``; the message names the
+        first offending partitions and their row counts (a value not in a string column's
+        ``partition_format`` says so). Nothing is written.
     """
     predicate = plan.batch_predicate(batch)
     keys = plan.partition_keys
     df = df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        inside = F.coalesce(F.expr(predicate), F.lit(False)).alias("inside")
-        counted = df.groupBy(keys.expr().alias("p"), inside).count().collect()
-        stray = sorted(((r["p"] is not None, r["p"] or ""), int(r["count"])) for r in counted if not r["inside"])
+        in_range = F.coalesce(F.expr(plan.partition_predicate([p.partition for p in batch.partitions])), F.lit(False))
+        in_where = F.lit(True) if plan.where is None else F.coalesce(F.expr(f"({plan.where.sql})"), F.lit(False))
+        counted = df.groupBy(keys.expr().alias("p"), in_range.alias("in_range"), in_where.alias("in_where")).count().collect()
+        stray = [r for r in counted if not (r["in_range"] and r["in_where"])]
         if stray:
-            listed = ", ".join(f"{keys.key(p) if known else 'NULL'} ({n} row{'' if n == 1 else 's'})"
-                               for (known, p), n in stray[:5])
-            more = f" and {len(stray) - 5} more" if len(stray) > 5 else ""
-            raise StrayRowsError(
-                f"source {plan.request.source.sql} produced rows outside batch {batch.index} "
-                f"[{batch.keys[0]} .. {batch.keys[-1]}] of {plan.target_table}: partition {listed}{more}; nothing written"
-            )
+            raise StrayRowsError(_stray_message(plan, batch, stray))
         before_write()
         staging.write(df.withColumn(BATCH_COLUMN, F.lit(batch.index).cast("int")),
                       f"{BATCH_COLUMN} = {batch.index} AND ({predicate})")
     finally:
         df.unpersist()
-    rows = keys.rekey({r["p"]: int(r["count"]) for r in counted if r["inside"]})
+    rows: dict[str | None, int] = {}
+    for r in counted:  # every group is inside both here
+        rows[r["p"]] = rows.get(r["p"], 0) + int(r["count"])
+    rows = keys.rekey(rows)
     return {key: rows.get(key, 0) for key in batch.keys}
+
+
+def _stray_message(plan: BackfillPlan, batch: Batch, stray: list) -> str:
+    """What :func:`stage_batch` says of ``stray`` (grouped counts outside the batch's partitions or ``where``)."""
+    keys, fmt = plan.partition_keys, plan.partition_format
+
+    def listed(groups: list) -> str:
+        counts: dict[tuple[bool, str], int] = {}
+        for r in groups:
+            slot = (r["p"] is not None, r["p"] or "")
+            counts[slot] = counts.get(slot, 0) + int(r["count"])
+        items = sorted(counts.items())
+        shown = []
+        for (known, p), n in items[:5]:
+            note = ""
+            if known and fmt is not None:
+                try:
+                    PartitionFormat.of(fmt).parse(p, plan.request.target.grain.value, plan.request.time_zone)
+                except PartitionError:
+                    note = f", not a {fmt} value"
+            shown.append(f"{keys.key(p) if known else 'NULL'} ({n} row{'' if n == 1 else 's'}{note})")
+        more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+        return ", ".join(shown) + more
+
+    span = f"batch {batch.index} [{batch.keys[0]} .. {batch.keys[-1]}] of {plan.target_table}"
+    parts = []
+    outside_range = [r for r in stray if not r["in_range"]]
+    outside_where = [r for r in stray if r["in_range"] and not r["in_where"]]
+    if outside_range:
+        parts.append(f"rows outside {span}: partition {listed(outside_range)}")
+    if outside_where:
+        parts.append(f"rows outside target.where ({plan.where.text}) in {span}: partition {listed(outside_where)}")
+    return f"source {plan.request.source.sql} produced {'; and '.join(parts)}; nothing written"

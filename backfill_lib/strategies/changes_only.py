@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import DuplicateKeyError, PublishError
-from backfill_lib.core.partitions import quote_ident, range_predicate
+from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
@@ -66,8 +66,8 @@ class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
         staged = staged_rows(spark, plan.staging_table).where(plan.predicate()).select(*columns)
         current = spark.read.option("versionAsOf", pre).table(plan.target_table).where(plan.predicate())
         self._refuse_duplicates(plan, staged, current, keys, pre)
-        in_range = range_predicate(plan.partition_column, plan.range_start, plan.range_end, "t")
-        on = " AND ".join(f"t.{quote_ident(k)} <=> s.{quote_ident(k)}" for k in keys) + f" AND {in_range}"
+        in_range = plan.predicate(qualifier="t")
+        on = self.merge_condition(plan)
         changed = " OR ".join(differs(c.name, c.type, c.new) for c in casts if c.name not in keys) or "false"
         merge = DeltaTable.forName(spark, plan.target_table).alias("t").merge(staged.alias("s"), on)
         if any(c.new for c in casts):

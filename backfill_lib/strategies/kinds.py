@@ -7,6 +7,7 @@ Spark: :func:`kind_for` gives the kind, :func:`backfill_lib.strategies.strategy_
 
 from __future__ import annotations
 
+from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.request import PublishMode, Strategy
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
@@ -28,6 +29,16 @@ def merge_keys(plan: BackfillPlan) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*plan.request.keys, plan.partition_column]))
 
 
+def partitioned_by(plan: BackfillPlan) -> str:
+    """The target's partition spec as SQL (every column back-quoted, in order): how a rebuild re-creates it."""
+    return ", ".join(quote_ident(c) for c in plan.partition_spec)
+
+
+def null_safe_keys(keys: tuple[str, ...]) -> str:
+    """``t.k <=> s.k AND ...``: a MERGE's match on ``keys``."""
+    return " AND ".join(f"t.{quote_ident(k)} <=> s.{quote_ident(k)}" for k in keys)
+
+
 class StrategyKind:
     """A strategy's traits and dry-run text; the Spark implementation adds staging, publishing and verifying."""
 
@@ -47,6 +58,10 @@ class StrategyKind:
         return self.kind.whole_table
 
     def describe(self, plan: BackfillPlan) -> str:
+        raise NotImplementedError
+
+    def publish_statement(self, plan: BackfillPlan, shown: int | None = None) -> str:
+        """The publishing statement, as it runs (``shown``: long ``IN`` lists shortened, for the dry run)."""
         raise NotImplementedError
 
     def always_publishes(self, casts: tuple[ColumnCast, ...]) -> bool:
@@ -71,6 +86,13 @@ class RecomputeKind(StrategyKind):
     name = "recompute"
     publishing = "one replaceWhere commit"
 
+    def publish_predicate(self, plan: BackfillPlan, shown: int | None = None) -> str:
+        """The ``replaceWhere`` predicate: the planned partitions and ``target.where`` (partition columns only)."""
+        return plan.predicate(shown=shown)
+
+    def publish_statement(self, plan: BackfillPlan, shown: int | None = None) -> str:
+        return f"replaceWhere on {plan.target_table}: {self.publish_predicate(plan, shown)}"
+
     def describe(self, plan: BackfillPlan) -> str:
         return (
             f"recompute: every row of the {len(plan.partitions):,} partitions below is replaced by the rows "
@@ -90,6 +112,10 @@ class RebuildKind(StrategyKind):
     #: its staging table is partitioned like the target, so its writes need the write zone's partition values
     stages_in_write_zone = True
 
+    def publish_statement(self, plan: BackfillPlan, shown: int | None = None) -> str:
+        return (f"CREATE OR REPLACE TABLE {plan.target_table} USING delta PARTITIONED BY ({partitioned_by(plan)}) "
+                f"AS SELECT * FROM {plan.staging_table}")
+
     def describe(self, plan: BackfillPlan) -> str:
         return (
             f"rebuild: the whole table is re-created from {plan.request.source.sql} (new logic or schema) into "
@@ -103,6 +129,13 @@ class PatchKind(StrategyKind):
     name = "patch"
     kind = Strategy.PATCH
     replaces_partitions = False
+
+    def merge_condition(self, plan: BackfillPlan, shown: int | None = None) -> str:
+        """The MERGE's ``ON``: the null-safe keys and the planned partitions and ``target.where`` of the target ``t``."""
+        return f"{null_safe_keys(plan.request.keys)} AND {plan.predicate(qualifier='t', shown=shown)}"
+
+    def publish_statement(self, plan: BackfillPlan, shown: int | None = None) -> str:
+        return f"MERGE INTO {plan.target_table} t USING staged s ON {self.merge_condition(plan, shown)}"
 
     def describe(self, plan: BackfillPlan) -> str:
         keys = ", ".join(plan.request.keys)
@@ -119,6 +152,14 @@ class PatchKind(StrategyKind):
 class ChangesOnlyKind(RecomputeKind):
     name = "recompute, publish_mode changes_only"
     publishing = "one MERGE (publish_mode changes_only)"
+
+    def merge_condition(self, plan: BackfillPlan, shown: int | None = None) -> str:
+        """The MERGE's ``ON``: the null-safe keys and partition column, and the planned partitions and
+        ``target.where`` of the target ``t``."""
+        return f"{null_safe_keys(merge_keys(plan))} AND {plan.predicate(qualifier='t', shown=shown)}"
+
+    def publish_statement(self, plan: BackfillPlan, shown: int | None = None) -> str:
+        return f"MERGE INTO {plan.target_table} t USING staged s ON {self.merge_condition(plan, shown)}"
 
     def describe(self, plan: BackfillPlan) -> str:
         keys = ", ".join(merge_keys(plan))

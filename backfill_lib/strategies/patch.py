@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.core.checks import Check
-from backfill_lib.core.partitions import quote_ident, range_predicate
+from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
@@ -27,10 +27,6 @@ class Patch(PatchKind, StrategyImpl):
             return current
         keys = [quote_ident(k) for k in plan.request.keys]  # quoted: a name may hold a dot
         return current.join(staged.select(*keys), [current[k].eqNullSafe(staged[k]) for k in keys], "left_semi")
-
-    def merge_condition(self, plan: BackfillPlan) -> str:
-        keys = " AND ".join(f"t.{quote_ident(k)} <=> s.{quote_ident(k)}" for k in plan.request.keys)
-        return f"{keys} AND {range_predicate(plan.partition_column, plan.range_start, plan.range_end, 't')}"
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """One MERGE: update matched rows whose values differ, insert new keys, optionally delete missing ones."""
@@ -50,8 +46,7 @@ class Patch(PatchKind, StrategyImpl):
             .whenNotMatchedInsert(values={quote_ident(c): f"s.{quote_ident(c)}" for c in columns})
         )
         if plan.request.delete_missing:
-            in_range = range_predicate(plan.partition_column, plan.range_start, plan.range_end, "t")
-            merge = merge.whenNotMatchedBySourceDelete(condition=in_range)
+            merge = merge.whenNotMatchedBySourceDelete(condition=plan.predicate(qualifier="t"))
         with idempotent_commit(spark, plan):
             merge.execute()
         return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre))

@@ -7,7 +7,6 @@ from pyspark.sql import DataFrame, SparkSession
 from backfill_lib.adapters.delta_log import partition_stats
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
-from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.intake.table_checks import check_columns_fit
@@ -16,7 +15,7 @@ from backfill_lib.publish.commit import check_fence, find_version, idempotent_co
 from backfill_lib.run.staging import staging_properties
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.strategies.commit_check import Published
-from backfill_lib.strategies.kinds import RebuildKind
+from backfill_lib.strategies.kinds import RebuildKind, partitioned_by
 
 #: Table properties Delta maintains and refuses to be given (``DELTA_CANNOT_MODIFY_TABLE_PROPERTY``).
 DELTA_OWNED_PROPERTIES = ("delta.columnMapping.maxColumnId",)
@@ -52,7 +51,7 @@ class Rebuild(RebuildKind, StrategyImpl):
             before_write()
             with session_time_zone(spark, plan.write_time_zone, f"run {plan.run_id}"):
                 spark.sql(f"CREATE OR REPLACE TABLE {plan.staging_table} USING delta "
-                          f"PARTITIONED BY ({quote_ident(plan.partition_column)}){tblprops} AS SELECT * FROM {view}")
+                          f"PARTITIONED BY ({partitioned_by(plan)}){tblprops} AS SELECT * FROM {view}")
         finally:
             spark.catalog.dropTempView(view)
         return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_column).items() if k}
@@ -69,7 +68,7 @@ class Rebuild(RebuildKind, StrategyImpl):
         with idempotent_commit(spark, plan):
             spark.sql(
                 f"CREATE OR REPLACE TABLE {plan.target_table} USING delta "
-                f"PARTITIONED BY ({quote_ident(plan.partition_column)}){tblprops} "
+                f"PARTITIONED BY ({partitioned_by(plan)}){tblprops} "
                 f"AS SELECT * FROM {plan.staging_table}"
             )
         return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre))

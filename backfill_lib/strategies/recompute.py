@@ -23,11 +23,11 @@ class Recompute(RecomputeKind, StrategyImpl):
 
         A new column found by the schema guard is added in the same commit (``mergeSchema``). The rows are
         repartitioned by the partition column into at most ``defaultParallelism`` tasks, so each target
-        partition is written as one file by one task and the tasks write in parallel (the layout Delta's
+        partition (of every partition column) is written as one file by one task and the tasks write in parallel (the layout Delta's
         optimized writes aim at; cap very large partitions' files with ``spark.sql.files.maxRecordsPerFile``).
         """
         pre = check_fence(spark, plan)
-        predicate = plan.predicate()
+        predicate = self.publish_predicate(plan)
         # Staging files hold whole batches: read as they are, one small batch is one task writing every
         # partition's file in turn (one core busy), and a large one writes a file per task and partition.
         tasks = max(1, min(len(plan.partitions), spark.sparkContext.defaultParallelism))
@@ -35,7 +35,7 @@ class Recompute(RecomputeKind, StrategyImpl):
             staged_rows(spark, plan.staging_table)
             .where(predicate)
             .select(*[F.col(quote_ident(c.name)) for c in casts])
-            .repartition(tasks, F.col(quote_ident(plan.partition_column)))
+            .repartition(tasks, *[F.col(quote_ident(c)) for c in plan.partition_spec])
         )
         writer = rows.writeTo(plan.target_table).options(**publish_options(plan))
         if any(c.new for c in casts):

@@ -49,10 +49,10 @@ def source_metric(
     if not whole_table and src.metric.replace(" ", "").lower() in ("count(*)", "count(1)"):
         counted = logged_row_counts(spark, src.table, src.partition_column, batch.start, batch.end,
                                     pinned_version(spark, plan, src.table))
-        if counted is not None:
-            return counted
+        if counted is not None:  # keyed YYYY-MM-DD: as the plan keys them (a string target's format)
+            return plan.partition_keys.of_source(src.partition_column).rekey(counted)
     predicate = None if whole_table else range_predicate(src.partition_column, batch.start, batch.end)
-    return _per_partition(read_table(spark, plan, src.table), plan.partition_keys.of(src.partition_column),
+    return _per_partition(read_table(spark, plan, src.table), plan.partition_keys.of_source(src.partition_column),
                           src.metric, predicate)
 
 

@@ -152,7 +152,7 @@ class Validate:
         source = read_table(self.spark, plan, rule.source.table)  # at the version the run pinned
         if not whole:
             source = source.where(range_predicate(rule.source.partition_column, scope.start, scope.end))
-        keys = plan.partition_keys.of(rule.source.partition_column)
+        keys = plan.partition_keys.of_source(rule.source.partition_column)
         return profile(source, keys, rule.metrics, where=rule.source.table)
 
     def _constraints(self, plan: BackfillPlan, staged: DataFrame) -> list[Check]:

@@ -208,12 +208,17 @@ class SuiteRunner:
 
 def suite_parameters(plan, batch) -> dict[str, object]:
     """The evaluation parameters a suite may reference (``{"$PARAMETER": "range_start"}``): the run ID and the
-    first partition start of the range and of ``batch`` (dates or UTC-aware datetimes, inclusive)."""
+    first partition start of the range and of ``batch`` (dates or UTC-aware datetimes, inclusive; for a string
+    partition column with ``partition_format``, its keys: strings in the column's format)."""
     parts = plan.partitions
+
+    def value(p):
+        return p.key if plan.partition_format is not None else p.partition.start
+
     return {
         "run_id": plan.run_id,
-        "range_start": parts[0].partition.start,
-        "range_last": parts[-1].partition.start,
-        "batch_start": batch.partitions[0].partition.start,
-        "batch_last": batch.partitions[-1].partition.start,
+        "range_start": value(parts[0]),
+        "range_last": value(parts[-1]),
+        "batch_start": value(batch.partitions[0]),
+        "batch_last": value(batch.partitions[-1]),
     }

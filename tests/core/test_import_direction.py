@@ -20,8 +20,9 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "backfill_lib"
 
-#: the intake modules that may use the adapters (they check the request against Spark); the others are pure
-SPARK_INTAKE = ("backfill_lib.intake.sources", "backfill_lib.intake.rule_checks")
+#: the intake modules that check the request with Spark (sources, rules, target.where); the others are pure
+SPARK_INTAKE = ("backfill_lib.intake.sources", "backfill_lib.intake.rule_checks",
+                "backfill_lib.intake.where_check")
 #: the pure modules of plan (the other plan modules read table state through the adapters)
 PURE_PLAN = ("backfill_lib.plan", "backfill_lib.plan.model", "backfill_lib.plan.explain")
 #: what the plan needs of a strategy (traits, dry-run text), pure; the implementations need Spark
