@@ -117,7 +117,7 @@ def run(
     """Run a backfill: intake, plan, stage by partition, validate, publish in one commit."""
     _check_until(until)
     from backfill_lib.intake.request import load_request
-    from backfill_lib.plan.model import check_run_id
+    from backfill_lib.plan.builder import check_run_id
     from backfill_lib.runner import Runner, prepare
 
     settings = _settings()

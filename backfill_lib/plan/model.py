@@ -7,27 +7,18 @@ staged and what the target looked like (version, per-partition files, bytes and 
 from __future__ import annotations
 
 import json
-import re
-import secrets
 from dataclasses import asdict, dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 
-from backfill_lib.core.errors import IntakeError, PartitionError, RequestError
-from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import (
     Partition,
     RowFilter,
-    enumerate_partitions,
-    hour_value_start,
     partition_of_key,
     partitions_predicate,
-    repeated_keys,
 )
-from backfill_lib.core.settings import DEFAULT_BATCH_BYTES
-from backfill_lib.core.table_state import PartitionStats, TableState
+from backfill_lib.core.table_state import PartitionStats
 from backfill_lib.intake.request import BackfillRequest, Strategy
-from backfill_lib.intake.table_checks import check_request_against_table
 
 
 @dataclass(frozen=True)
@@ -250,206 +241,6 @@ def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str,
     if grain is not Grain.HOUR or fmt is not None:
         return partitions
     return {partition_of_key(k, grain, time_zone).key: v for k, v in partitions.items() if k is not None}
-
-
-#: Partitions per batch when nothing tells their size (no file-based source, an empty target).
-FALLBACK_BATCH_SIZE = 31
-
-
-def batch_partitions(planned: list[PlannedPartition], source_input: SourceInput, batch_bytes: int) -> int:
-    """Partitions per batch so that each batch reads about ``batch_bytes`` bytes. Pure.
-
-    Bytes per partition are the source's input bytes over the whole range (file-system metadata after
-    partition pruning, :class:`SourceInput`) spread evenly over the planned partitions; without them, the
-    target's current bytes per partition (Delta log). With neither, :data:`FALLBACK_BATCH_SIZE`. The result is
-    between 1 and the number of planned partitions.
-    """
-    n = len(planned)
-    if n == 0:
-        return 1
-    total = source_input.bytes or sum(p.current.bytes for p in planned)
-    if not total:
-        return min(n, FALLBACK_BATCH_SIZE)
-    return max(1, min(n, batch_bytes * n // total))  # batch_bytes / (total / n), in integers
-
-
-def _with_current_stats(parts: list[Partition], partitions: dict[str, PartitionStats], grain,
-                        formatted: bool = False) -> list[PlannedPartition]:
-    """Each partition with the target's stats for it. Hours are matched by their UTC start, which parses
-    Delta's value once per partition instead of building a second set of keys (planning ten years of hours
-    stays linear and fast); a formatted string column's values are the keys."""
-    from backfill_lib.core.partitions import Grain
-
-    empty = PartitionStats()
-    if grain is not Grain.HOUR or formatted:
-        return [PlannedPartition(p, partitions.get(p.key, empty)) for p in parts]
-    by_start = {hour_value_start(value): stats for value, stats in partitions.items() if value is not None}
-    return [PlannedPartition(p, by_start.get(p.start.astimezone(timezone.utc), empty)) for p in parts]
-
-
-def new_run_id(now: datetime) -> str:
-    """``bf_YYYYMMDD_HHMMSS_xxxxxx``: UTC time of planning plus 6 random hex digits; safe in table names."""
-    return f"bf_{now.astimezone(timezone.utc):%Y%m%d_%H%M%S}_{secrets.token_hex(3)}"
-
-
-RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9_]{1,80}")
-
-
-def check_run_id(run_id: str) -> str:
-    """Return ``run_id`` if it is 1-80 letters, digits or underscores (it becomes part of a table name).
-
-    Raises
-    ------
-    RequestError
-        Naming the run ID otherwise.
-    """
-    if not RUN_ID_PATTERN.fullmatch(run_id):
-        raise RequestError(f"run ID '{run_id}' must be 1 to 80 letters, digits or underscores")
-    return run_id
-
-
-def staging_table_name(target: str, staging_schema: str, run_id: str) -> str:
-    """``[catalog.]<staging_schema>.<schema>__<table>__<run_id>``: one staging table per target and run."""
-    parts = target.split(".")
-    catalog = parts[0] + "." if len(parts) == 3 else ""
-    flat = "__".join(parts[-2:])
-    return f"{catalog}{staging_schema}.{flat}__{run_id}"
-
-
-def build_plan(
-    request: BackfillRequest,
-    state: TableState,
-    *,
-    request_path: str,
-    staging_schema: str,
-    batch_size: int | None,
-    now: datetime,
-    run_id: str | None = None,
-    source_input: SourceInput = SourceInput(),
-    batch_bytes: int = DEFAULT_BATCH_BYTES,
-    where: RowFilter | None = None,
-) -> BackfillPlan:
-    """Build the frozen plan of ``request`` against the target's ``state``. Pure.
-
-    Parameters
-    ----------
-    batch_size:
-        Partitions per batch when the request does not set ``batch_size``; ``None`` sizes batches by bytes
-        (:func:`batch_partitions`, ``batch_bytes`` of source input per batch).
-    now:
-        Captured once by the caller; the run ID and ``planned_at`` derive from it.
-    where:
-        The request's ``target.where`` as Spark analysed it (:func:`backfill_lib.intake.where_check.check_where`);
-        required when the request has one. ``state.partitions`` are then the stats of ``where``'s files only.
-
-    A rebuild without a range touches every partition the target has now (from the Delta log), in one batch:
-    the whole table is re-created at once.
-
-    The plan's ``session_time_zone`` is the request's ``time_zone``: the run's SQL runs in it, not in the
-    settings' zone.
-
-    A string partition column (``target.partition_format``) is keyed by its strings. The range's values in the
-    Delta log that are not exactly in the format but name a partition of the range (``2024-3-9`` for
-    ``yyyy-MM-dd``) are refused: the run would leave their rows beside the recomputed ones. An hour format without
-    offset across a daylight-saving fall-back is refused: the repeated hour's two partitions would be one value.
-
-    Raises
-    ------
-    IntakeError
-        When the request does not fit the table (see :func:`check_request_against_table`), or its string
-        partitions do not (above).
-    """
-    target = request.target
-    if target.where is not None and (where is None or where.text != target.where):
-        raise IntakeError(f"field 'target.where': '{target.where}' was not checked against table {state.name}")
-    check_request_against_table(request, state, where)
-    grain, tz, fmt = target.grain, request.time_zone, target.partition_format
-    bounds = request.bounds()
-    if bounds is None:
-        parts = sorted({_partition_of_value(k, grain, tz, fmt, state) for k in state.partitions if k is not None})
-        start, end = (parts[0].start, parts[-1].end) if parts else (None, None)
-    else:
-        start, end = bounds
-        parts = enumerate_partitions(start, end, grain, tz, fmt)
-        if fmt is not None:
-            _check_format_values(request, state, parts)
-    planned = _with_current_stats(parts, state.partitions, grain, fmt is not None)
-    if request.strategy.whole_table:  # one CREATE OR REPLACE of the staging table
-        size = len(planned) or 1
-    else:
-        size = request.batch_size or batch_size or batch_partitions(planned, source_input, batch_bytes)
-    batches = tuple(
-        Batch(i, tuple(planned[j : j + size])) for i, j in enumerate(range(0, len(planned), size))
-    )
-    minted = not run_id
-    run_id = check_run_id(run_id) if run_id else new_run_id(now)
-    return BackfillPlan(
-        run_id=run_id,
-        planned_at=now.astimezone(timezone.utc).isoformat(timespec="seconds"),
-        request=request,
-        request_path=request_path,
-        target_location=state.location,
-        target_version=state.version,
-        range_start=start,
-        range_end=end,
-        batches=batches,
-        staging_table=staging_table_name(request.target.table, staging_schema, run_id),
-        source_input=source_input,
-        target_columns=state.columns,
-        run_id_minted=minted,
-        target_change_data_feed=state.change_data_feed,
-        session_time_zone=tz,
-        target_partition_columns=state.partition_columns,
-        where=where,
-    )
-
-
-def _partition_of_value(value: str, grain, time_zone: str, fmt: str | None, state: TableState) -> Partition:
-    """The partition a Delta partition value of ``state`` names; a value not in ``fmt`` is an intake error."""
-    try:
-        return partition_of_key(value, grain, time_zone, fmt)
-    except PartitionError as exc:
-        if fmt is None:
-            raise
-        raise IntakeError(f"table {state.name} holds partition value '{value}', which does not match "
-                          f"target.partition_format {fmt}: {exc}") from None
-
-
-def _check_format_values(request: BackfillRequest, state: TableState, parts: list[Partition]) -> None:
-    """Refuse what a formatted string column cannot backfill exactly (see :func:`build_plan`)."""
-    target, tz = request.target, request.time_zone
-    fmt = PartitionFormat.of(target.partition_format)
-    repeated = repeated_keys(parts)
-    if repeated:
-        key, hours = repeated[0]
-        shown = " and ".join(p.start.astimezone(timezone.utc).isoformat(timespec="minutes") for p in hours)
-        raise IntakeError(
-            f"field 'target.partition_format': {target.partition_format} renders the hours {shown} (UTC) as the "
-            f"same value '{key}' in {tz} (a daylight-saving fall-back): their rows cannot be told apart in "
-            f"{target.partition_column}; use a format with an offset (e.g. yyyy-MM-dd'T'HH:mmXXX), time_zone UTC "
-            "if the column holds UTC hours, or a range that does not cross the fall-back")
-    if not parts:
-        return
-    keys = {p.key for p in parts}
-    first, end = parts[0].start, parts[-1].end
-    odd = []
-    for value in state.partitions:
-        if value is None or value in keys:
-            continue
-        try:
-            fmt.parse(value, target.grain.value, tz)
-            continue  # exactly in the format: a partition outside the range
-        except PartitionError:
-            pass
-        start = fmt.loose_start(value, target.grain.value, tz)
-        if start is not None and first <= start < end:
-            odd.append(value)
-    if odd:
-        listed = ", ".join(f"'{v}'" for v in sorted(odd)[:5]) + (f" and {len(odd) - 5} more" if len(odd) > 5 else "")
-        raise IntakeError(
-            f"table {state.name} column {target.partition_column} holds partition values in the range that do not "
-            f"match target.partition_format {target.partition_format}: {listed}; the run would leave their rows "
-            "beside the recomputed ones (rewrite them in the format first)")
 
 
 def plan_from_summary(summary: dict) -> BackfillPlan:

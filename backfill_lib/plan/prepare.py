@@ -21,7 +21,8 @@ from backfill_lib.core.table_state import TableState
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.intake.rule_checks import check_rules
 from backfill_lib.intake.where_check import check_where
-from backfill_lib.plan.model import BackfillPlan, build_plan
+from backfill_lib.plan.builder import build_plan
+from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.plan.source_pins import pin_sources
 from backfill_lib.plan.source_query import source_frame, source_input
 

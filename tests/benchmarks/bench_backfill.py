@@ -662,7 +662,7 @@ def hourly_request(first: date, last: date, batch_size: int | None):
 
 
 def bench_plan_one(days: int, batch_size: int) -> dict:
-    from backfill_lib.plan.model import build_plan
+    from backfill_lib.plan.builder import build_plan
 
     first = date(2015, 1, 1)
     last = first + timedelta(days=days - 1)

@@ -24,7 +24,7 @@ PACKAGE = ROOT / "backfill_lib"
 SPARK_INTAKE = ("backfill_lib.intake.sources", "backfill_lib.intake.rule_checks",
                 "backfill_lib.intake.where_check")
 #: the pure modules of plan (the other plan modules read table state through the adapters)
-PURE_PLAN = ("backfill_lib.plan", "backfill_lib.plan.model", "backfill_lib.plan.explain")
+PURE_PLAN = ("backfill_lib.plan", "backfill_lib.plan.model", "backfill_lib.plan.builder", "backfill_lib.plan.explain")
 #: what the plan needs of a strategy (traits, dry-run text), pure; the implementations need Spark
 PURE_STRATEGIES = ("backfill_lib.strategies.kinds", "backfill_lib.strategies.change_feed")
 
@@ -116,7 +116,7 @@ RULES = [
     Rule("intake-spark-side", "the Spark-side intake modules (sources, rule_checks) import only core, intake and "
                               "adapters",
          lambda m: m in SPARK_INTAKE, only("core", "intake", "adapters")),
-    Rule("plan-pure", "plan.model and plan.explain import only core, pure intake and the pure strategy kinds (not "
+    Rule("plan-pure", "plan.model, plan.builder and plan.explain import only core, pure intake and the pure strategy kinds (not "
                       "plan's other modules)",
          lambda m: m in PURE_PLAN, lambda m, i: pure_of(PURE_PLAN)(m, i) or i in PURE_INTAKE or i in PURE_STRATEGIES),
     Rule("strategies-pure", "strategies.kinds and strategies.change_feed import only core, pure intake, pure plan "

@@ -73,7 +73,7 @@ from datetime import datetime, timezone
 
 from backfill_lib.core.table_state import Column, PartitionStats, TableState
 from backfill_lib.intake.request import load_request
-from backfill_lib.plan.model import build_plan
+from backfill_lib.plan.builder import build_plan
 
 state = TableState(
     name="demo.daily_route_delays", location="file:/tmp/x", version=7,

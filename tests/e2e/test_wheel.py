@@ -15,7 +15,6 @@ import zipfile
 
 from tests.conftest import ROOT
 
-
 #: every command of ``backfill --help``, in its order
 COMMANDS = ("plan", "run", "resume", "publish", "rollback", "history", "status", "report", "demo")
 

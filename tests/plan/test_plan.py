@@ -6,8 +6,9 @@ import pytest
 from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.table_state import Column, PartitionStats, TableState
 from backfill_lib.intake.request import load_request
+from backfill_lib.plan.builder import FALLBACK_BATCH_SIZE, build_plan, staging_table_name
 from backfill_lib.plan.explain import explain, human_bytes
-from backfill_lib.plan.model import FALLBACK_BATCH_SIZE, SourceInput, build_plan, plan_from_summary, staging_table_name
+from backfill_lib.plan.model import SourceInput, plan_from_summary
 
 NOW = datetime(2026, 11, 30, 2, 0, tzinfo=timezone.utc)
 COLUMNS = (

@@ -11,7 +11,7 @@ from chispa import assert_df_equality
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import PublishError, RequestError, RolledBackError
 from backfill_lib.core.faults import MONITOR_ENV
-from backfill_lib.plan.model import check_run_id
+from backfill_lib.plan.builder import check_run_id
 from backfill_lib.publish.release import check_protected, parse_interval, retention
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import prepare
