@@ -14,7 +14,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.core.errors import IntakeError
+from backfill_lib.core.errors import IntakeError, first_line
+from backfill_lib.core.table_names import table_path
 from backfill_lib.core.table_state import (
     Column,
     Constraint,
@@ -26,7 +27,32 @@ from backfill_lib.core.table_state import (
 
 
 def table_exists(spark: SparkSession, name: str) -> bool:
-    return spark.catalog.tableExists(name)
+    """Whether table ``name`` exists: a catalog name in the catalog; a path-based name ``delta.`<path>``` when its
+    path holds a Delta table (a Delta log), where ``spark.catalog.tableExists`` raises for a path without one.
+
+    Raises
+    ------
+    IntakeError
+        When a path-based table's path cannot be read (the file system's first message line).
+    """
+    path = table_path(name)
+    if path is None:
+        return spark.catalog.tableExists(name)
+    from delta.tables import DeltaTable
+
+    try:
+        return bool(DeltaTable.isDeltaTable(spark, path))
+    except Exception as exc:  # no credentials for the bucket, an unknown scheme
+        raise IntakeError(f"table {name}: path {path} cannot be read: {first_line(exc)}") from None
+
+
+def missing_table_message(name: str) -> str:
+    """What to say of a table :func:`table_exists` did not find: a catalog table does not exist; a path-based
+    one has no Delta table at its path."""
+    path = table_path(name)
+    if path is None:
+        return f"table {name} does not exist"
+    return f"table {name} is not a Delta table: no Delta log at {path} (a path-based table names a Delta table's directory)"
 
 
 def latest_snapshot(spark: SparkSession, name: str):
@@ -192,7 +218,7 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
         When the table does not exist or is not a Delta table.
     """
     if not table_exists(spark, name):
-        raise IntakeError(f"table {name} does not exist")
+        raise IntakeError(missing_table_message(name))
     try:
         detail = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]
     except AnalysisException as exc:  # a view (EXPECT_TABLE_NOT_VIEW), or a table Delta cannot describe

@@ -20,17 +20,9 @@ from backfill_lib.core.errors import PartitionError, RequestError
 from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partitions import Grain, half_open, zone
 from backfill_lib.core.safe_yaml import load as load_yaml
+from backfill_lib.core.table_names import check_table_name
 from backfill_lib.intake.rules import DiffGate, MetricSpec
 from backfill_lib.intake.sql_text import single_query
-
-_TABLE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){0,2}$")
-
-
-def check_table_name(value: str) -> str:
-    """``value`` if it is ``[catalog.]schema.table``; else ``ValueError`` naming it."""
-    if not _TABLE_NAME.match(value):
-        raise ValueError(f"'{value}' is not a table name of the form [catalog.]schema.table")
-    return value
 
 
 class Strategy(str, enum.Enum):
@@ -220,6 +212,18 @@ class Mart(_Frozen):
     @classmethod
     def _table_name(cls, value: str) -> str:
         return check_table_name(value)
+
+    @field_validator("depends_on")
+    @classmethod
+    def _dependency_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # spelt as the marts' tables are (a path-based name canonical), so a dependency matches its mart
+        out = []
+        for name in value:
+            try:
+                out.append(check_table_name(name))
+            except ValueError:  # no mart has this name: mart_order names it
+                out.append(name)
+        return tuple(out)
 
 
 def mart_order(marts: tuple[Mart, ...]) -> tuple[Mart, ...]:

@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from backfill_lib.core.table_names import table_path
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.strategies.kinds import kind_for
 
@@ -69,6 +70,17 @@ def layout_line(plan: BackfillPlan) -> str:
     return line
 
 
+def target_line(plan: BackfillPlan) -> str:
+    """The target and the version the plan read; for a path-based target (``delta.`<path>```), that layout: the
+    table is found by its path, and stages into a catalog table of the staging schema named after the path."""
+    line = f"{plan.target_table} at version {plan.target_version}"
+    path = table_path(plan.target_table)
+    if path is not None:
+        line += (f" (path-based: the Delta table at {path}, no catalog entry; staged in {plan.staging_table}, "
+                 "a table of the settings' staging_schema named after the path)")
+    return line
+
+
 def where_line(plan: BackfillPlan) -> str:
     """``target.where`` as the request writes it and as Spark analysed it, or that there is none."""
     if plan.where is None:
@@ -107,7 +119,7 @@ def explain(plan: BackfillPlan) -> Group:
     for label, value in [
         ("request", f"{r.name} ({plan.request_path})"),
         ("owner / reason", f"{r.owner} / {r.reason}"),
-        ("target", f"{plan.target_table} at version {plan.target_version}"),
+        ("target", target_line(plan)),
         ("strategy", strategy.describe(plan)),
         ("layout", layout_line(plan)),
         ("where", where_line(plan)),

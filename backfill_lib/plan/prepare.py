@@ -12,11 +12,13 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from backfill_lib.adapters.delta_log import read_table_state
+from backfill_lib.adapters.delta_log import missing_table_message, read_table_state, table_exists
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.adapters.session import session_time_zone
+from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.settings import Settings
+from backfill_lib.core.table_names import is_path_table
 from backfill_lib.core.table_state import TableState
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.intake.rule_checks import check_rules
@@ -46,6 +48,7 @@ def prepare(
         When the Spark session cannot take the request's ``time_zone``, naming both zones; nothing is written.
     """
     request = load_request(request_path)
+    check_path_tables(spark, request, str(request_path))
     bounds = request.bounds() or (None, None)
     with session_time_zone(spark, request.time_zone, str(request_path)), \
             ThreadPoolExecutor(2, thread_name_prefix="prepare") as pool:  # two independent reads of metadata
@@ -67,6 +70,36 @@ def prepare(
         where=where,
     )
     return replace(plan, source_versions=pins), state
+
+
+def path_tables(request: BackfillRequest) -> list[tuple[str, str]]:
+    """``(field, name)`` of every path-based table (``delta.`<path>```) ``request`` names in a field: the
+    target, marts and the sources of reconciliation and metric rules (a path in the source SQL is read, and
+    refused, by Spark's analysis of it)."""
+    named = [("target.table", request.target.table)]
+    named += [(f"marts.{i}.table", m.table) for i, m in enumerate(request.marts)]
+    named += [(f"reconciliation.{i}.source.table", r.source.table) for i, r in enumerate(request.reconciliation)]
+    named += [(f"metric_rules.{i}.source.table", r.source.table) for i, r in enumerate(request.metric_rules)]
+    return [(field, name) for field, name in named if is_path_table(name)]
+
+
+def check_path_tables(spark: SparkSession, request: BackfillRequest, request_path: str) -> None:
+    """Refuse a path-based table of ``request`` whose path holds no Delta table, before anything is read or
+    written (a mart's path would otherwise be found missing only after the target published).
+
+    Raises
+    ------
+    IntakeError
+        ``"{request_path}: field '{field}': table delta.`<path>` is not a Delta table: ..."``, or that its path
+        cannot be read.
+    """
+    for field, name in path_tables(request):
+        try:
+            found = table_exists(spark, name)
+        except IntakeError as exc:
+            raise IntakeError(f"{request_path}: field '{field}': {exc}") from None
+        if not found:
+            raise IntakeError(f"{request_path}: field '{field}': {missing_table_message(name)}")
 
 
 def _target_state(spark: SparkSession, request: BackfillRequest, request_path: str) -> tuple[TableState, RowFilter | None]:

@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlsplit
 from pyspark.sql import DataFrame, SparkSession
 
 from backfill_lib.core.checks import Check
+from backfill_lib.core.table_names import is_absolute_path, path_table, table_path
 from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.plan.model import BackfillPlan, SourceVersion
 
@@ -41,7 +42,11 @@ _PLAIN = re.compile(r"[a-z_][a-z0-9_]*")
 
 def table_key(parts: Iterable[str]) -> str:
     """The key a table is pinned under: its name parts lower-cased (Spark's identifiers are case-insensitive),
-    joined by dots, a part that is not a plain identifier back-quoted (so the key reads the table in SQL too)."""
+    joined by dots, a part that is not a plain identifier back-quoted (so the key reads the table in SQL too).
+    A path-based table (``delta`` and an absolute path) keeps its path's case: paths are case-sensitive."""
+    parts = list(parts)
+    if len(parts) == 2 and parts[0].lower() == "delta" and is_absolute_path(parts[1]):
+        return path_table(parts[1])
     out = []
     for p in parts:
         p = p.lower()
@@ -176,7 +181,8 @@ def _parts_of(spark: SparkSession, name: str) -> list[str]:
             return [str(p) for p in _scala_list(jss.sessionState().sqlParser().parseMultipartIdentifier(name))]
         except Exception:  # not a name Spark parses: read as written, Spark's error comes when it is read
             pass
-    return name.split(".")
+    path = table_path(name)
+    return ["delta", path] if path is not None else name.split(".")
 
 
 def _key_of(spark: SparkSession, name: str) -> str:
