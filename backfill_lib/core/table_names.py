@@ -76,6 +76,17 @@ def check_table_name(value: str) -> str:
     return path_table(path)
 
 
+def same_table_key(name: str) -> str:
+    """What two spellings of one table share, for comparing names from different places (settings'
+    ``protected_tables`` against a request's tables): :func:`check_table_name`'s canonical form lower-cased (as
+    Spark compares catalog names; a path differing only in case then counts as the same, the safe side for a
+    protection), or ``name`` lower-cased when it is no table name."""
+    try:
+        return check_table_name(name.strip()).lower()
+    except ValueError:
+        return name.strip().lower()
+
+
 #: characters of a path kept in its staging table name (the rest become ``_``)
 _UNSAFE = re.compile(r"[^a-z0-9]+")
 #: at most this many characters of the path's last segments in a staging table name

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from backfill_lib.adapters.delta_log import current_version, history_since, latest_snapshot
 from backfill_lib.core.errors import PublishError
+from backfill_lib.core.table_names import same_table_key
 
 DEFAULT_DELETED_FILE_RETENTION = timedelta(days=7)
 DEFAULT_LOG_RETENTION = timedelta(days=30)
@@ -117,7 +118,8 @@ def check_protected(protected: tuple[str, ...], tables: list[str], approved_by: 
     PublishError
         Naming the protected table and how to approve.
     """
-    hit = [t for t in tables if t.lower() in {p.lower() for p in protected}]
+    # compared as one table is however spelt: delta.`/wh/t/` in the settings protects delta.`/wh/t`
+    hit = [t for t in tables if same_table_key(t) in {same_table_key(p) for p in protected}]
     if hit and not (approved_by and approved_by.strip()):
         raise PublishError(f"table {hit[0]} is protected (settings protected_tables): publishing needs "
                            "--approve NAME, naming who approved it; nothing published")

@@ -79,6 +79,15 @@ def test_a_path_target_stages_into_the_staging_schema_under_a_name_unique_per_pa
     assert staging_table_name("main.sales.orders", "stg", "r") == "main.stg.sales__orders__r"  # unchanged
 
 
+def test_a_protected_path_is_protected_however_it_is_spelt():
+    from backfill_lib.core.errors import PublishError
+    from backfill_lib.publish.release import check_protected
+
+    with pytest.raises(PublishError, match=r"table delta.`/wh/t` is protected \(settings protected_tables\)"):
+        check_protected(("DELTA.`/wh/t/`",), ["delta.`/wh/t`"], None)
+    check_protected(("delta.`/wh/t`",), ["delta.`/wh/t2`", "wh.t"], None)  # other tables: no approver needed
+
+
 def request_fields(tmp_path, table: str, **extra) -> dict:
     sql = tmp_path / "paths.sql"
     sql.write_text("SELECT 1 AS id")
@@ -121,7 +130,7 @@ def test_backfill_plan_names_the_path_layout_and_its_staging_table(tmp_path):
 
 # --- Spark: real backfills on Delta tables saved by path ----------------------------------------------------
 
-from pyspark.sql.types import DateType, IntegerType, StructField, StructType  # noqa: E402
+from pyspark.sql.types import DateType, IntegerType, LongType, StructField, StructType  # noqa: E402
 
 from tests.conftest import write_request  # noqa: E402
 
@@ -147,26 +156,40 @@ def path_request(tmp_path, table: str, sql: str, **extra):
     return write_request(tmp_path / "paths.yml", **fields)
 
 
-def test_recompute_of_one_day_of_a_path_table_from_a_pinned_path_source_then_rollback(spark, settings, tmp_path,
-                                                                                     make_runner):
+MONTHLY = StructType([StructField("month", DateType(), True), StructField("n", LongType(), True),
+                      StructField("total", LongType(), True)])
+
+
+def test_recompute_of_one_day_of_a_path_table_from_a_pinned_path_source_with_a_path_mart_then_rollback(
+        spark, settings, tmp_path, make_runner, capsys):
     from chispa import assert_df_equality
 
     from backfill_lib.adapters.delta_log import current_version
+    from backfill_lib.cli import main
     from backfill_lib.runner import prepare
     from tests.e2e.test_layouts import files_of
 
     target = save(spark, TARGET_ROWS, tmp_path / "wh a`b" / "events")
     source = save(spark, [(3, D9, 3), (6, D9, 6), (5, D10, 5)], tmp_path / "src dir`x" / "src", partitioned=False)
     spark.createDataFrame([(4, D9, 4)], SCHEMA).write.format("delta").mode("append").save(table_path(source))
+    monthly_path = tmp_path / "marts" / "monthly"
+    spark.createDataFrame([(date(2024, 3, 1), 5, 15)], MONTHLY).write.format("delta").partitionBy("month") \
+        .save(str(monthly_path))
+    monthly = path_table(str(monthly_path) + "/")  # spelt with a trailing slash: the same table
+    mart_sql = tmp_path / "monthly.sql"
+    mart_sql.write_text(f"SELECT trunc(d, 'MM') AS month, count(*) AS n, sum(v) AS total FROM {target} "
+                        "WHERE d >= :range_start AND d < :range_end GROUP BY trunc(d, 'MM')")
     request = path_request(tmp_path, target, f"SELECT id, d, v * 10 AS v FROM {source} "
-                                             "WHERE d >= :range_start AND d < :range_end")
+                                             "WHERE d >= :range_start AND d < :range_end",
+                           marts=[{"table": monthly, "partition_column": "month", "grain": "month",
+                                   "sql": str(mart_sql), "keys": ["month"]}])
     before, outside = spark.table(target).collect(), "d <> DATE'2024-03-09'"
     before_files = files_of(spark, target, outside)
 
     plan, state = prepare(spark, settings, request)
     result = make_runner().run(plan, state)
 
-    assert result.status == "published"
+    assert result.status == "published" and [m.status for m in result.marts] == ["published"]
     assert plan.staging_table.startswith(f"{settings.staging_schema}.path__wh_a_b_events__")
     assert [(s.table, s.version) for s in result.plan.source_versions] == [(source, 1)]  # read at that version
     expected = [(1, D8, 1), (2, D8, 2), (3, D9, 30), (4, D9, 40), (6, D9, 60), (5, D10, 5)]
@@ -175,13 +198,20 @@ def test_recompute_of_one_day_of_a_path_table_from_a_pinned_path_source_then_rol
     assert current_version(spark, target) == 1 == result.published_version
     assert files_of(spark, target, outside) == before_files  # rows outside the range: the same files
     assert spark.table(plan.staging_table).count() == 3  # kept after publish, in the staging schema
+    assert result.marts[0].plan.target_table == path_table(str(monthly_path))
+    assert [tuple(r) for r in spark.table(path_table(str(monthly_path))).collect()] == [(date(2024, 3, 1), 6, 138)]
 
-    make_runner().rollback(plan.run_id, "ana", "TEST-18: undo")
+    assert main(["rollback", plan.run_id, "--by", "ana@example.com", "--reason", "TEST-18: undo"]) == 0
 
     assert_df_equality(spark.table(target), spark.createDataFrame(before, SCHEMA), ignore_row_order=True,
                        ignore_nullable=True)
+    assert [tuple(r) for r in spark.table(path_table(str(monthly_path))).collect()] == [(date(2024, 3, 1), 5, 15)]
     last = spark.sql(f"DESCRIBE HISTORY {target} LIMIT 1").first()
     assert (last["version"], last["operation"]) == (2, "RESTORE")
+    capsys.readouterr()
+    assert main(["history", target]) == 0
+    out = capsys.readouterr().out
+    assert plan.run_id in out and "rollback" in out
 
 
 def test_a_non_delta_path_exits_2_naming_the_field_and_plan_names_the_layout(spark, settings, tmp_path, capsys):
