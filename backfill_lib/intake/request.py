@@ -65,8 +65,9 @@ class _Frozen(BaseModel):
 
 
 class Target(_Frozen):
-    """The Delta table to backfill: catalog name ``[catalog.]schema.table``, the partition column that carries the
-    range and its grain, and the layout around it.
+    """The Delta table to backfill: catalog name ``[catalog.]schema.table`` or path-based name ``delta.`<absolute
+    path>``` (:func:`backfill_lib.core.table_names.check_table_name`, kept in its canonical spelling), the partition
+    column that carries the range and its grain, and the layout around it.
 
     - ``partition_column`` may be at any position of the table's partition spec (``PARTITIONED BY (region,
       event_date)``); it is a ``DATE`` (day, month) or ``TIMESTAMP`` (hour) column, or a ``STRING`` one with
