@@ -44,8 +44,7 @@ def test_timestamp_files_fall_into_the_days_of_the_request_zone_with_the_millise
     days = enumerate_partitions(D9, D10, Grain.DAY, "America/New_York")  # 2024-03-09 05:00Z .. 2024-03-10 05:00Z
     late = FileRange("late", 10, 1, datetime(2024, 3, 10, 4, 59, tzinfo=UTC), datetime(2024, 3, 10, 4, 59, tzinfo=UTC))
     next_day = FileRange("next", 10, 1, datetime(2024, 3, 10, 5, 0, tzinfo=UTC), datetime(2024, 3, 10, 6, 0, tzinfo=UTC))
-    # a maximum Delta truncated to 04:59:59.999 may hide 04:59:59.999500, still on 2024-03-09 New York;
-    # one truncated to 2024-03-09 04:59:59.999 may hide a value of 05:00 exactly minus half a millisecond.
+    # a maximum Delta truncated to 04:59:59.999 hides at most 04:59:59.999999: still 2024-03-08 in New York
     edge = FileRange("edge", 10, 1, datetime(2024, 3, 9, 4, 0, tzinfo=UTC),
                      datetime(2024, 3, 9, 4, 59, 59, 999000, tzinfo=UTC))
     stats = overlap_stats(days, [late, next_day, edge], Grain.DAY, "America/New_York", timestamps=True)
@@ -60,6 +59,16 @@ def test_keys_of_a_timestamp_data_column_are_its_local_days():
     assert keys.key_of_value(datetime(2024, 3, 10, 3, 30, tzinfo=UTC)) == "2024-03-09"
     hours = PartitionKeys("ts", Grain.HOUR, "Asia/Kolkata", data_type="timestamp")
     assert hours.key_of_value(datetime(2024, 3, 10, 3, 59, tzinfo=UTC)) == "2024-03-10T09:00:00+05:30"
+
+
+def test_statistics_are_read_as_instants_whatever_offset_the_writer_rendered_them_with():
+    from backfill_lib.adapters.delta_log import _stat_value
+
+    # Delta renders timestamp statistics in the writing session's zone: the same instant, other text.
+    assert _stat_value("2024-11-03T00:00:00.000-04:00", "timestamp") == datetime(2024, 11, 3, 4, 0, tzinfo=UTC)
+    assert _stat_value("2024-11-03T04:00:00.000Z", "timestamp") == datetime(2024, 11, 3, 4, 0, tzinfo=UTC)
+    assert _stat_value("2024-03-09", "date") == D9
+    assert _stat_value("garbage", "date") is None and _stat_value(None, "timestamp") is None
 
 
 def request_of(target: dict, strategy="recompute", start=D9, end=D9, **extra) -> BackfillRequest:
