@@ -7,14 +7,15 @@ scanned. Nothing here writes.
 
 from __future__ import annotations
 
-import hashlib
 import json
+from datetime import date, datetime, timedelta, timezone
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.core.errors import IntakeError, first_line
+from backfill_lib.core.file_ranges import STATS_TIMESTAMP_PRECISION, FileRange, file_set_fingerprint
 from backfill_lib.core.table_names import table_path
 from backfill_lib.core.table_state import (
     Column,
@@ -178,11 +179,6 @@ def commit_actions(spark: SparkSession, snapshot, version: int) -> list[dict] | 
     return [json.loads(line) for line in lines]
 
 
-def file_set_fingerprint(paths) -> str:
-    """A hash of a partition's data file paths (as the Delta log writes them), whatever their order."""
-    return hashlib.sha256("\n".join(sorted(paths)).encode()).hexdigest()[:16]
-
-
 def partition_value_key(snapshot, column: str) -> str:
     """The key of ``column`` in the ``partitionValues`` of ``snapshot``'s ``add`` and ``remove`` actions: its
     physical name when the table uses column mapping (``delta.columnMapping.physicalName`` in the column's
@@ -204,13 +200,17 @@ def add_files(spark: SparkSession, snapshot) -> DataFrame:
 
 
 def read_table_state(spark: SparkSession, name: str, with_partitions: bool = True, *,
-                     partition_column: str | None = None, where: str | None = None) -> TableState:
+                     partition_column: str | None = None, where: str | None = None,
+                     bounds: tuple | None = None) -> TableState:
     """Read ``name``'s version, schema, partition columns, whether its Change Data Feed is on, constraints, column mapping mode and (optionally)
     per-partition stats.
 
     The stats are keyed by the values of ``partition_column`` (default: the first partition column; none when
     it is not a partition column), summed over the other partition columns, and count only the files whose
-    partition values satisfy ``where`` (a checked ``target.where``, :func:`partition_stats`).
+    partition values satisfy ``where`` (a checked ``target.where``, :func:`partition_stats`). When
+    ``partition_column`` is a ``DATE`` or ``TIMESTAMP`` data column instead, ``files`` holds the data files whose
+    statistics overlap ``bounds`` (the range's half-open ``(start, end)``: dates, or UTC datetimes for hours;
+    ``None``: every file), from :func:`data_column_files`.
 
     Raises
     ------
@@ -236,11 +236,76 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     version = int(snapshot.version())
     partitions: dict[str, PartitionStats] = {}
     column = partition_column or (partition_columns[0] if partition_columns else None)
+    files = None
     if with_partitions and column in partition_columns:
         partitions = partition_stats(spark, name, column, snapshot, where=where)
+    elif with_partitions and column is not None:
+        kind = next((c.type for c in columns if c.name == column), None)
+        if kind in ("date", "timestamp"):
+            files = data_column_files(spark, snapshot, column, kind, bounds, where=where)
+    clustering = tuple(detail.asDict().get("clusteringColumns") or ())  # Delta 3.2+ describes liquid clustering
     return TableState(name, detail["location"], version, columns, partition_columns, partitions,
                       change_data_feed=change_data_feed, constraints=constraints_of(properties, columns),
-                      column_mapping=column_mapping_mode(properties))
+                      column_mapping=column_mapping_mode(properties), clustering_columns=clustering,
+                      files=files)
+
+
+def _stat_value(text: str | None, kind: str) -> date | datetime | None:
+    """A ``minValues``/``maxValues`` entry as Python: a date, or a UTC datetime (Delta writes ISO 8601 text with
+    an offset, milliseconds at most); ``None`` when absent or unreadable (then the file counts as unknown)."""
+    if text is None:
+        return None
+    try:
+        if kind == "date":
+            return date.fromisoformat(text[:10])
+        value = datetime.fromisoformat(text.replace(" ", "T"))
+        return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    except ValueError:
+        return None
+
+
+def data_column_files(spark: SparkSession, snapshot, column: str, kind: str, bounds: tuple | None = None, *,
+                      where: str | None = None) -> tuple[FileRange, ...]:
+    """The data files of ``snapshot`` whose ``minValues``/``maxValues`` of data column ``column`` (of Spark type
+    ``kind``: ``date`` or ``timestamp``) overlap ``bounds`` (half-open; dates, or aware datetimes read as instants;
+    ``None``: every file), and every file without statistics for it, from the Delta log (no data read).
+
+    ``where`` (SQL on partition columns) keeps only the files whose partition values satisfy it. Rows are
+    ``numRecords`` less the rows a deletion vector marks deleted."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    files = add_files(spark, snapshot)
+    physical = partition_value_key(snapshot, column)  # statistics are keyed by physical name, like partitions
+    bound = StructType([StructField(physical, StringType())])
+    stats = F.from_json("stats", StructType([StructField("numRecords", StringType()),
+                                             StructField("minValues", bound), StructField("maxValues", bound)]))
+    deleted = (F.coalesce(F.col("deletionVector.cardinality"), F.lit(0)) if "deletionVector" in files.columns
+               else F.lit(0))
+    selected = files.select(
+        "path", "size", stats.alias("__bf_s"), deleted.alias("__bf_deleted"),
+        *(_typed_partition_values(snapshot, F.col("partitionValues")) if where is not None else ()))
+    if where is not None:
+        selected = selected.where(F.coalesce(F.expr(where), F.lit(False)))
+    rows = selected.select(
+        "path", "size", (F.col("__bf_s.numRecords").cast("long") - F.col("__bf_deleted")).alias("n"),
+        F.col("__bf_s.minValues").getField(physical).alias("low"),
+        F.col("__bf_s.maxValues").getField(physical).alias("high")).collect()
+    found = []
+    for r in rows:
+        low, high = _stat_value(r["low"], kind), _stat_value(r["high"], kind)
+        if low is None or high is None:
+            low = high = None
+        elif bounds is not None:
+            start, end = bounds
+            if kind == "timestamp" and not isinstance(start, datetime):  # days of a timestamp column
+                start, end = (datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in (start, end))
+                start, end = start - timedelta(days=1), end + timedelta(days=1)  # any zone's midnight lies within a day of UTC's
+            reach = high + (STATS_TIMESTAMP_PRECISION if kind == "timestamp" else timedelta(days=1))  # exclusive
+            if reach <= start or low >= end:
+                continue
+        found.append(FileRange(r["path"], int(r["size"]), None if r["n"] is None else int(r["n"]), low, high))
+    return tuple(found)
+
 
 
 def _typed_partition_values(snapshot, values) -> list:

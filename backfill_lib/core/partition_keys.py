@@ -34,7 +34,9 @@ class PartitionKeys:
 
     ``format`` is the plan's ``partition_format`` (``None``: ISO keys); ``string_column`` says whether
     ``column`` holds those formatted strings (the target's column) or typed ``DATE``/``TIMESTAMP`` values whose
-    keys are rendered in the format (:meth:`of`).
+    keys are rendered in the format (:meth:`of`). ``data_type`` (``date`` or ``timestamp``) is set when ``column``
+    is a data column rather than a partition column: its values are truncated to the grain's partition first (a
+    timestamp's day and hour in the session time zone, which the run sets to ``time_zone``).
 
     Examples
     --------
@@ -49,6 +51,7 @@ class PartitionKeys:
     time_zone: str
     format: str | None = None
     string_column: bool = True
+    data_type: str | None = None
 
     @property
     def holds_keys(self) -> bool:
@@ -61,6 +64,11 @@ class PartitionKeys:
         from pyspark.sql import functions as F
 
         column = F.col(quote_ident(self.column))  # quoted: a name may hold a dot (not a struct field)
+        if self.data_type is not None:
+            if self.grain is Grain.HOUR:
+                return F.date_format(F.date_trunc("hour", column), _INSTANT)
+            day = F.to_date(column) if self.data_type == "timestamp" else column
+            return (F.trunc(day, "month") if self.grain is Grain.MONTH else day).cast("string")
         if self.grain is Grain.HOUR and not self.holds_keys:
             return F.date_format(column, _INSTANT)
         return column.cast("string")
@@ -81,12 +89,29 @@ class PartitionKeys:
         in this process's local time, as pyspark returns them), or a string from :meth:`expr`."""
         if value is None:
             return None
+        if self.data_type is not None and isinstance(value, date):
+            return self._data_key(value)
         if isinstance(value, datetime):
             aware = value if value.tzinfo else value.astimezone()
             return self.key(partition_of_key(aware.isoformat(), self.grain, self.time_zone).key)
         if isinstance(value, date):
             return self.key(value.isoformat())
         return self.key(str(value))
+
+    def _data_key(self, value: date) -> str:
+        """The plan key of a data column's value: the partition of the grain holding it (``time_zone``'s)."""
+        from datetime import timezone as _tz
+
+        from backfill_lib.core.partitions import zone
+
+        if isinstance(value, datetime):
+            aware = value if value.tzinfo else value.astimezone()
+            local = aware.astimezone(zone(self.time_zone))
+            if self.grain is Grain.HOUR:
+                start = local.replace(minute=0, second=0, microsecond=0)
+                return partition_of_key(start.astimezone(_tz.utc).isoformat(), self.grain, self.time_zone).key
+            value = local.date()
+        return (value.replace(day=1) if self.grain is Grain.MONTH else value).isoformat()
 
     def rekey(self, values: dict[str | None, V]) -> dict[str | None, V]:
         """``values`` keyed by :meth:`expr`'s strings, re-keyed by plan keys."""
@@ -96,7 +121,7 @@ class PartitionKeys:
 
     def of(self, column: str) -> "PartitionKeys":
         """The same keying for another column holding the same values (an alias of this one)."""
-        return PartitionKeys(column, self.grain, self.time_zone, self.format, self.string_column)
+        return PartitionKeys(column, self.grain, self.time_zone, self.format, self.string_column, self.data_type)
 
     def of_source(self, column: str) -> "PartitionKeys":
         """The keying of a source table's ``DATE``/``TIMESTAMP`` partition column of the same grain (a rule's

@@ -7,6 +7,10 @@ read these values, so they need no Spark.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from backfill_lib.core.file_ranges import FileRange
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,12 @@ class TableState:
     ``constraints`` are the CHECK and NOT NULL constraints Delta enforces on writes
     (:func:`constraints_of`); ``column_mapping`` is the table's ``delta.columnMapping.mode`` (``none``, ``name``
     or ``id``).
+
+    ``clustering_columns`` are the table's liquid clustering columns (``DESCRIBE DETAIL``'s
+    ``clusteringColumns``; ``()`` when not clustered). ``files`` is set when the range's column is a data column
+    (not a partition column): the data files whose statistics overlap the range (every file without
+    statistics), from which the plan takes its cost (:mod:`backfill_lib.core.file_ranges`); ``partitions`` is
+    then empty.
     """
 
     name: str
@@ -89,6 +99,8 @@ class TableState:
     change_data_feed: bool = False
     constraints: tuple[Constraint, ...] = ()
     column_mapping: str = "none"
+    clustering_columns: tuple[str, ...] = ()
+    files: "tuple[FileRange, ...] | None" = None
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)

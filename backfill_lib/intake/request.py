@@ -71,7 +71,10 @@ class Target(_Frozen):
 
     - ``partition_column`` may be at any position of the table's partition spec (``PARTITIONED BY (region,
       event_date)``); it is a ``DATE`` (day, month) or ``TIMESTAMP`` (hour) column, or a ``STRING`` one with
-      ``partition_format``.
+      ``partition_format``. It may also be a data column of an unpartitioned or liquid-clustered table (or one
+      partitioned by other columns): a ``DATE`` (day, month) or ``TIMESTAMP`` (any grain; days in the request's
+      ``time_zone``), whose partitions' cost comes from the files' min/max statistics
+      (:mod:`backfill_lib.core.file_ranges`).
     - ``partition_format``: the Spark datetime pattern of a ``STRING`` partition column (``yyyy-MM-dd``,
       ``yyyyMMdd``, ``yyyy-MM-dd-HH``; see :mod:`backfill_lib.core.partition_format`).
     - ``where``: a SQL predicate on the table's other partition columns (``region = 'EU'``) that narrows the

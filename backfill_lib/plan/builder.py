@@ -24,7 +24,7 @@ from backfill_lib.core.settings import DEFAULT_BATCH_BYTES
 from backfill_lib.core.table_names import path_staging_table, table_path
 from backfill_lib.core.table_state import PartitionStats, TableState
 from backfill_lib.intake.request import BackfillRequest
-from backfill_lib.intake.table_checks import check_request_against_table
+from backfill_lib.intake.table_checks import check_request_against_table, range_in_data
 from backfill_lib.plan.model import BackfillPlan, Batch, PlannedPartition, SourceInput
 
 #: Partitions per batch when nothing tells their size (no file-based source, an empty target).
@@ -146,7 +146,12 @@ def build_plan(
     check_request_against_table(request, state, where)
     grain, tz, fmt = target.grain, request.time_zone, target.partition_format
     bounds = request.bounds()
-    if bounds is None:
+    data_column = range_in_data(request, state)
+    range_files, no_stats = None, 0
+    if data_column:
+        parts, planned, range_files, no_stats = _data_column_partitions(request, state, bounds)
+        start, end = (parts[0].start, parts[-1].end) if parts else (bounds or (None, None))
+    elif bounds is None:
         parts = sorted({_partition_of_value(k, grain, tz, fmt, state) for k in state.partitions if k is not None})
         start, end = (parts[0].start, parts[-1].end) if parts else (None, None)
     else:
@@ -154,7 +159,8 @@ def build_plan(
         parts = enumerate_partitions(start, end, grain, tz, fmt)
         if fmt is not None:
             _check_format_values(request, state, parts)
-    planned = _with_current_stats(parts, state.partitions, grain, fmt is not None)
+    if not data_column:
+        planned = _with_current_stats(parts, state.partitions, grain, fmt is not None)
     if request.strategy.whole_table:  # one CREATE OR REPLACE of the staging table
         size = len(planned) or 1
     else:
@@ -182,7 +188,35 @@ def build_plan(
         session_time_zone=tz,
         target_partition_columns=state.partition_columns,
         where=where,
+        range_in_data=data_column,
+        clustering_columns=state.clustering_columns,
+        range_files=range_files,
+        files_without_stats=no_stats,
     )
+
+
+def _data_column_partitions(request: BackfillRequest, state: TableState, bounds):
+    """The partitions of a range on a data column, each with the stats of the files overlapping it, the distinct
+    files overlapping the whole range, and how many of them lack statistics (:mod:`backfill_lib.core.file_ranges`).
+    Without a range (a rebuild), the partitions span the files' lowest to highest value."""
+    from backfill_lib.core.file_ranges import overlap_stats, partitions_of_files, range_cost
+
+    target, tz = request.target, request.time_zone
+    timestamps = state.column(target.partition_column).type == "timestamp"
+    files = state.files or ()
+    if bounds is None:
+        span = partitions_of_files(files, target.grain, tz, timestamps)
+        if span is None and files:
+            raise IntakeError(
+                f"table {state.name}: no data file has statistics for column {target.partition_column}, so a rebuild "
+                "cannot tell which partitions the table holds; give the request a range")
+        parts = enumerate_partitions(*span, target.grain, tz) if span else []
+    else:
+        parts = enumerate_partitions(*bounds, target.grain, tz)
+    stats = overlap_stats(parts, files, target.grain, tz, timestamps)
+    planned = [PlannedPartition(p, stats[p.key]) for p in parts]
+    cost, no_stats = range_cost(parts, files, target.grain, tz, timestamps)
+    return parts, planned, cost, no_stats
 
 
 def _partition_of_value(value: str, grain, time_zone: str, fmt: str | None, state: TableState) -> Partition:

@@ -62,6 +62,8 @@ def layout_line(plan: BackfillPlan) -> str:
     carried = f"{kind}, grain {plan.request.target.grain.value}"
     if plan.partition_format is not None:
         carried = f"{kind} in partition_format {plan.partition_format}, grain {plan.request.target.grain.value}"
+    if plan.range_in_data:
+        return _data_column_layout(plan, carried)
     line = f"partitioned by ({', '.join(spec)}); the range is on {column} ({carried})"
     others = [c for c in spec if c != column]
     if others:
@@ -78,6 +80,21 @@ def target_line(plan: BackfillPlan) -> str:
     if path is not None:
         line += (f" (path-based: the Delta table at {path}, no catalog entry; staged in {plan.staging_table}, "
                  "a table of the settings' staging_schema named after the path)")
+    return line
+
+
+def _data_column_layout(plan: BackfillPlan, carried: str) -> str:
+    """The layout line of a range on a data column: spec, clustering, and where the cost comes from."""
+    spec, clustering = plan.partition_spec, plan.clustering_columns
+    line = f"partitioned by ({', '.join(spec)})" if spec else "not partitioned"
+    if clustering:
+        line += f", liquid-clustered by ({', '.join(clustering)}), kept by the publishing commit"
+    line += (f"; the range is on data column {plan.partition_column} ({carried}), which is no partition column: "
+             "each partition's cost counts the data files whose min/max statistics of the column overlap it "
+             "(a file spanning several partitions counts in each, its rows unknown)")
+    if plan.files_without_stats:
+        line += (f"; {plan.files_without_stats:,} of the files have no statistics for the column, so they count in "
+                 "every partition and their rows are unknown")
     return line
 
 

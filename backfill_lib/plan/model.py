@@ -120,7 +120,8 @@ class BackfillPlan:
         """
         from backfill_lib.core.partitions import Grain
 
-        timestamp_hours = self.request.target.grain is Grain.HOUR and self.partition_format is None
+        timestamp_hours = (self.request.target.grain is Grain.HOUR and self.partition_format is None
+                           and not self.range_in_data)  # a data column's values are no partition directory
         return "UTC" if timestamp_hours else self.session_time_zone
     #: the version of every Delta source the run reads (source SQL tables, rules' tables); ``None`` until the
     #: run pins them (:func:`backfill_lib.plan.source_pins.pin_sources`), and for runs stored before pinning existed
@@ -130,6 +131,22 @@ class BackfillPlan:
     target_partition_columns: tuple[str, ...] = ()
     #: ``target.where`` as Spark analysed it at intake (``None``: every partition of the range)
     where: RowFilter | None = None
+    #: whether the range's column is a data column, not a partition column (an unpartitioned or clustered table,
+    #: or one partitioned by other columns): its partitions are the grain's spans of the column's values, their
+    #: cost comes from the files' min/max statistics (:mod:`backfill_lib.core.file_ranges`)
+    range_in_data: bool = False
+    #: the target's liquid clustering columns as the plan read them (``()``: not clustered)
+    clustering_columns: tuple[str, ...] = ()
+    #: with :attr:`range_in_data`: the distinct files overlapping the range (a file spanning several partitions
+    #: counts once), and how many of them have no statistics for the column (their rows are unknown)
+    range_files: PartitionStats | None = None
+    files_without_stats: int = 0
+
+    @property
+    def range_type(self) -> str:
+        """The Spark type of the range's column (``date``, ``timestamp`` or ``string``) as the plan read it."""
+        found = next((c.type for c in self.target_columns if c.name == self.partition_column), None)
+        return found or ("string" if self.partition_format else self.request.target.grain.spark_type)
 
     @property
     def pinned_versions(self) -> dict[str, int] | None:
@@ -160,7 +177,10 @@ class BackfillPlan:
 
     @property
     def partition_spec(self) -> tuple[str, ...]:
-        """The target's partition columns in order (the range's column alone for a plan stored without them)."""
+        """The target's partition columns in order (``()`` when unpartitioned; the range's column alone for a plan
+        stored without them)."""
+        if self.range_in_data:
+            return self.target_partition_columns
         return self.target_partition_columns or (self.partition_column,)
 
     @property
@@ -171,7 +191,7 @@ class BackfillPlan:
     def partition_keys(self) -> PartitionKeys:
         """How runtime code keys the partition column's values as this plan keys its partitions."""
         return PartitionKeys(self.partition_column, self.request.target.grain, self.request.time_zone,
-                             self.partition_format)
+                             self.partition_format, data_type=self.range_type if self.range_in_data else None)
 
     def partition_predicate(self, partitions: list[Partition] | None = None, qualifier: str = "",
                             shown: int | None = None) -> str:
@@ -179,6 +199,11 @@ class BackfillPlan:
         ranges of ``DATE``/``TIMESTAMP`` literals, or the keys of a formatted string column (``shown``: a
         shortened ``IN`` list, for people)."""
         chosen = partitions if partitions is not None else [p.partition for p in self.partitions]
+        if self.range_in_data and self.range_type == "timestamp":  # days of a timestamp: local midnights, in UTC
+            from backfill_lib.core.file_ranges import instant_bounds
+
+            grain, tz = self.request.target.grain, self.request.time_zone
+            chosen = [Partition(*instant_bounds(p, grain, tz), p.key) for p in chosen]
         return partitions_predicate(self.partition_column, chosen, qualifier, self.partition_format is not None,
                                     shown)
 
@@ -195,7 +220,10 @@ class BackfillPlan:
 
     @property
     def total(self) -> PartitionStats:
-        """Sum of the target's files, bytes and rows over the planned partitions (rows ``None`` if unknown)."""
+        """Sum of the target's files, bytes and rows over the planned partitions (rows ``None`` if unknown); for a
+        range on a data column, the distinct files overlapping it (:attr:`range_files`)."""
+        if self.range_files is not None:
+            return self.range_files
         cur = [p.current for p in self.partitions]
         rows = None if any(c.rows is None for c in cur) else sum(c.rows for c in cur)
         return PartitionStats(sum(c.files for c in cur), sum(c.bytes for c in cur), rows)
@@ -228,6 +256,10 @@ class BackfillPlan:
                                 else [asdict(s) for s in self.source_versions]),
             "target_partition_columns": list(self.target_partition_columns),
             "where": None if self.where is None else asdict(self.where),
+            "range_in_data": self.range_in_data,
+            "clustering_columns": list(self.clustering_columns),
+            "range_files": None if self.range_files is None else asdict(self.range_files),
+            "files_without_stats": self.files_without_stats,
         }
 
 
@@ -280,4 +312,8 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         target_partition_columns=tuple(summary.get("target_partition_columns") or ()),
         where=None if summary.get("where") is None else RowFilter(**{**summary["where"],
                                                                       "columns": tuple(summary["where"]["columns"])}),
+        range_in_data=bool(summary.get("range_in_data", False)),
+        clustering_columns=tuple(summary.get("clustering_columns") or ()),
+        range_files=None if summary.get("range_files") is None else PartitionStats(**summary["range_files"]),
+        files_without_stats=int(summary.get("files_without_stats") or 0),
     )

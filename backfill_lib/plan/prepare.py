@@ -109,7 +109,8 @@ def _target_state(spark: SparkSession, request: BackfillRequest, request_path: s
     where = None
     if request.target.where is not None:
         where = check_where(spark, request, read_table_state(spark, table, with_partitions=False), request_path)
-    state = read_table_state(spark, table, partition_column=column, where=where.sql if where else None)
+    state = read_table_state(spark, table, partition_column=column, where=where.sql if where else None,
+                             bounds=request.bounds())
     return state, where
 
 

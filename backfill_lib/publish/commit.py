@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from backfill_lib.adapters.delta_log import (
     add_files,
     current_version,
+    data_column_files,
     latest_snapshot,
     partition_stats,
     user_metadata_since,
@@ -112,12 +113,7 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
             f"(now version {now_version}){_committed_by(spark, plan)}; a rebuild replaces the whole table, so "
             "nothing was published"
         )
-    from backfill_lib.plan.model import stats_by_key
-
-    request = plan.request
-    now = stats_by_key(partition_stats(spark, plan.target_table, plan.partition_column, snapshot,
-                                       where=None if plan.where is None else plan.where.sql),
-                       request.target.grain, request.time_zone, plan.partition_format)
+    now = _range_stats(spark, plan, snapshot)
     empty = PartitionStats()
     changed = [p.key for p in plan.partitions if now.get(p.key, empty).fingerprint != p.current.fingerprint]
     if changed:
@@ -127,6 +123,24 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
             f"(now version {now_version}): partitions {listed}{_committed_by(spark, plan)}; nothing published"
         )
     return now_version
+
+
+def _range_stats(spark: SparkSession, plan: BackfillPlan, snapshot) -> dict[str, PartitionStats]:
+    """The stats of the planned partitions in ``snapshot``, keyed and read as the plan read them: from partition
+    values, or (a range on a data column) from the files whose min/max statistics overlap each partition."""
+    from backfill_lib.plan.model import stats_by_key
+
+    request = plan.request
+    where = None if plan.where is None else plan.where.sql
+    if plan.range_in_data:
+        from backfill_lib.core.file_ranges import overlap_stats
+
+        files = data_column_files(spark, snapshot, plan.partition_column, plan.range_type,
+                                  (plan.range_start, plan.range_end), where=where)
+        return overlap_stats([p.partition for p in plan.partitions], files, request.target.grain,
+                             request.time_zone, plan.range_type == "timestamp")
+    return stats_by_key(partition_stats(spark, plan.target_table, plan.partition_column, snapshot, where=where),
+                        request.target.grain, request.time_zone, plan.partition_format)
 
 
 def _committed_by(spark: SparkSession, plan: BackfillPlan) -> str:

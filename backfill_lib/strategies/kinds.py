@@ -30,8 +30,17 @@ def merge_keys(plan: BackfillPlan) -> tuple[str, ...]:
 
 
 def partitioned_by(plan: BackfillPlan) -> str:
-    """The target's partition spec as SQL (every column back-quoted, in order): how a rebuild re-creates it."""
+    """The target's partition spec as SQL (every column back-quoted, in order)."""
     return ", ".join(quote_ident(c) for c in plan.partition_spec)
+
+
+def layout_clause(plan: BackfillPlan) -> str:
+    """How a rebuild re-creates the target's layout: `` PARTITIONED BY (...)`` and/or `` CLUSTER BY (...)``
+    (liquid clustering, kept across the swap), or nothing for an unpartitioned table."""
+    clause = f" PARTITIONED BY ({partitioned_by(plan)})" if plan.partition_spec else ""
+    if plan.clustering_columns:
+        clause += f" CLUSTER BY ({', '.join(quote_ident(c) for c in plan.clustering_columns)})"
+    return clause
 
 
 def null_safe_keys(keys: tuple[str, ...]) -> str:
@@ -113,7 +122,7 @@ class RebuildKind(StrategyKind):
     stages_in_write_zone = True
 
     def publish_statement(self, plan: BackfillPlan, shown: int | None = None) -> str:
-        return (f"CREATE OR REPLACE TABLE {plan.target_table} USING delta PARTITIONED BY ({partitioned_by(plan)}) "
+        return (f"CREATE OR REPLACE TABLE {plan.target_table} USING delta{layout_clause(plan)} "
                 f"AS SELECT * FROM {plan.staging_table}")
 
     def describe(self, plan: BackfillPlan) -> str:

@@ -15,7 +15,7 @@ from backfill_lib.publish.commit import check_fence, find_version, idempotent_co
 from backfill_lib.run.staging import staging_properties
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.strategies.commit_check import Published
-from backfill_lib.strategies.kinds import RebuildKind, partitioned_by
+from backfill_lib.strategies.kinds import RebuildKind, layout_clause
 
 #: Table properties Delta maintains and refuses to be given (``DELTA_CANNOT_MODIFY_TABLE_PROPERTY``).
 DELTA_OWNED_PROPERTIES = ("delta.columnMapping.maxColumnId",)
@@ -29,7 +29,7 @@ class Rebuild(RebuildKind, StrategyImpl):
     def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
         """A rebuild may change the schema: its source only has to provide the partition column (of the grain's
         type) and the keys; its columns are taken as they are."""
-        check_columns_fit(f"{where}: the source", columns, plan.request)
+        check_columns_fit(f"{where}: the source", columns, plan.request, data_column=plan.range_in_data)
         return tuple(ColumnCast(c.name, c.type, False) for c in columns)
 
     def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame, staging=None,
@@ -50,10 +50,14 @@ class Rebuild(RebuildKind, StrategyImpl):
         try:
             before_write()
             with session_time_zone(spark, plan.write_time_zone, f"run {plan.run_id}"):
-                spark.sql(f"CREATE OR REPLACE TABLE {plan.staging_table} USING delta "
-                          f"PARTITIONED BY ({partitioned_by(plan)}){tblprops} AS SELECT * FROM {view}")
+                spark.sql(f"CREATE OR REPLACE TABLE {plan.staging_table} USING delta"
+                          f"{layout_clause(plan)}{tblprops} AS SELECT * FROM {view}")
         finally:
             spark.catalog.dropTempView(view)
+        if plan.range_in_data:  # no partition values to count by: one aggregation of the staged rows
+            keys = plan.partition_keys
+            counted = spark.table(plan.staging_table).groupBy(keys.expr().alias("p")).count().collect()
+            return {k: n for k, n in keys.rekey({r["p"]: int(r["count"]) for r in counted}).items() if k}
         return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_column).items() if k}
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
@@ -67,8 +71,8 @@ class Rebuild(RebuildKind, StrategyImpl):
             tblprops = " TBLPROPERTIES (" + ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in properties.items()) + ")"
         with idempotent_commit(spark, plan):
             spark.sql(
-                f"CREATE OR REPLACE TABLE {plan.target_table} USING delta "
-                f"PARTITIONED BY ({partitioned_by(plan)}){tblprops} "
+                f"CREATE OR REPLACE TABLE {plan.target_table} USING delta"
+                f"{layout_clause(plan)}{tblprops} "
                 f"AS SELECT * FROM {plan.staging_table}"
             )
         return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre))
