@@ -18,10 +18,12 @@ from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.table_state import (
     Column,
     Constraint,
+    GeneratedColumn,
     PartitionStats,
     TableState,
     column_mapping_mode,
     constraints_of,
+    generated_columns_of,
 )
 
 
@@ -214,7 +216,23 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
         partitions = partition_stats(spark, name, column, snapshot, where=where)
     return TableState(name, detail["location"], version, columns, partition_columns, partitions,
                       change_data_feed=change_data_feed, constraints=constraints_of(properties, columns),
-                      column_mapping=column_mapping_mode(properties))
+                      column_mapping=column_mapping_mode(properties), generated=snapshot_generated_columns(snapshot))
+
+
+def snapshot_generated_columns(snapshot) -> tuple[GeneratedColumn, ...]:
+    """The generated columns of ``snapshot``'s table (:func:`generated_columns_of`), from the Delta log's
+    schemaString: the catalog's schema (``spark.table(name).schema``) drops the ``delta.generationExpression``
+    field metadata (Delta 4.4)."""
+    fields = json.loads(snapshot.metadata().schemaString())["fields"]
+    from pyspark.sql.types import StructType
+
+    types = {f.name: f.dataType.simpleString() for f in StructType.fromJson({"type": "struct", "fields": fields}).fields}
+    return generated_columns_of((f["name"], types[f["name"]], f.get("metadata")) for f in fields)
+
+
+def live_generated_columns(spark: SparkSession, name: str) -> tuple[GeneratedColumn, ...]:
+    """The generated columns of Delta table ``name`` as of its latest commit (what its next write enforces)."""
+    return snapshot_generated_columns(latest_snapshot(spark, name))
 
 
 def _typed_partition_values(snapshot, values) -> list:

@@ -24,6 +24,7 @@ from backfill_lib.core.settings import DEFAULT_BATCH_BYTES
 from backfill_lib.core.table_state import PartitionStats, TableState
 from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.intake.table_checks import check_request_against_table
+from backfill_lib.plan.generated import check_generated_columns
 from backfill_lib.plan.model import BackfillPlan, Batch, PlannedPartition, SourceInput
 
 #: Partitions per batch when nothing tells their size (no file-based source, an empty target).
@@ -127,11 +128,16 @@ def build_plan(
     ``yyyy-MM-dd``) are refused: the run would leave their rows beside the recomputed ones. An hour format without
     offset across a daylight-saving fall-back is refused: the repeated hour's two partitions would be one value.
 
+    The target's generated columns are recorded (``target_generated``); one the source omits is computed when
+    staging, in the run's time zone, which must be the zone Delta evaluates it in when publishing
+    (:func:`~backfill_lib.plan.generated.check_generated_columns`).
+
     Raises
     ------
     IntakeError
         When the request does not fit the table (see :func:`check_request_against_table`), or its string
-        partitions do not (above).
+        partitions do not (above), or the target has generated columns and the run would publish in another
+        zone than it stages in.
     """
     target = request.target
     if target.where is not None and (where is None or where.text != target.where):
@@ -157,7 +163,7 @@ def build_plan(
     )
     minted = not run_id
     run_id = check_run_id(run_id) if run_id else new_run_id(now)
-    return BackfillPlan(
+    plan = BackfillPlan(
         run_id=run_id,
         planned_at=now.astimezone(timezone.utc).isoformat(timespec="seconds"),
         request=request,
@@ -175,7 +181,10 @@ def build_plan(
         session_time_zone=tz,
         target_partition_columns=state.partition_columns,
         where=where,
+        target_generated=state.generated,
     )
+    check_generated_columns(plan)
+    return plan
 
 
 def _partition_of_value(value: str, grain, time_zone: str, fmt: str | None, state: TableState) -> Partition:

@@ -130,6 +130,9 @@ class BackfillPlan:
     target_partition_columns: tuple[str, ...] = ()
     #: ``target.where`` as Spark analysed it at intake (``None``: every partition of the range)
     where: RowFilter | None = None
+    #: the target's generated columns as the plan read them (:class:`~backfill_lib.core.table_state.GeneratedColumn`):
+    #: staging computes one the source omits; ``()`` for plans stored before they were recorded
+    target_generated: tuple = ()
 
     @property
     def pinned_versions(self) -> dict[str, int] | None:
@@ -228,6 +231,7 @@ class BackfillPlan:
                                 else [asdict(s) for s in self.source_versions]),
             "target_partition_columns": list(self.target_partition_columns),
             "where": None if self.where is None else asdict(self.where),
+            "target_generated": [asdict(g) for g in self.target_generated],
         }
 
 
@@ -247,7 +251,7 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
     """Rebuild the frozen plan a run stored in the ledger (:meth:`BackfillPlan.summary`), for publishing a
     validated run later or resuming it. The partitions, batches and the target state the plan saw come back
     exactly; nothing is re-read from the tables."""
-    from backfill_lib.core.table_state import Column
+    from backfill_lib.core.table_state import Column, GeneratedColumn
 
     request = BackfillRequest.model_validate(summary["request"])
     grain, tz, fmt = request.target.grain, request.time_zone, request.target.partition_format
@@ -280,4 +284,5 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         target_partition_columns=tuple(summary.get("target_partition_columns") or ()),
         where=None if summary.get("where") is None else RowFilter(**{**summary["where"],
                                                                       "columns": tuple(summary["where"]["columns"])}),
+        target_generated=tuple(GeneratedColumn(**g) for g in summary.get("target_generated") or ()),
     )
