@@ -105,7 +105,7 @@ ROWS = "id, ts, v, event_date"
 def make_events(spark, db: str) -> None:
     """``db.events`` partitioned by a generated ``event_date`` (written in UTC, the settings' zone): one row on
     2024-03-08, two on 2024-03-09, one on 2024-03-10."""
-    spark.sql(f"CREATE TABLE {db}.events (id INT NOT NULL, ts TIMESTAMP, v INT, "
+    spark.sql(f"CREATE TABLE {db}.events (id INT, ts TIMESTAMP, v INT, "
               "event_date DATE GENERATED ALWAYS AS (CAST(ts AS DATE))) USING delta PARTITIONED BY (event_date)")
     spark.sql(f"INSERT INTO {db}.events (id, ts, v) VALUES (1, TIMESTAMP'2024-03-08 12:00:00Z', 1), "
               "(2, TIMESTAMP'2024-03-09 12:00:00Z', 2), (3, TIMESTAMP'2024-03-09 15:00:00Z', 3), "
@@ -137,13 +137,17 @@ def test_a_new_york_recompute_of_one_day_whose_source_omits_the_generated_column
 
     make_events(spark, db)
     # id 5 at 03:30 UTC on 2024-03-10 is 22:30 on 2024-03-09 in New York: the request's day; id 6 (04:30 UTC on
-    # 2024-03-09, 23:30 on 2024-03-08 there) is outside it
+    # 2024-03-09, 23:30 on 2024-03-08 there) is outside it. d is the New York date, for the reconciliation rule.
+    spark.sql(f"CREATE TABLE {db}.raw USING delta PARTITIONED BY (d) AS SELECT * FROM VALUES "
+              "(2, TIMESTAMP'2024-03-09 12:00:00Z', 2, DATE'2024-03-09'), "
+              "(3, TIMESTAMP'2024-03-09 15:00:00Z', 3, DATE'2024-03-09'), "
+              "(5, TIMESTAMP'2024-03-10 03:30:00Z', 5, DATE'2024-03-09'), "
+              "(6, TIMESTAMP'2024-03-09 04:30:00Z', 6, DATE'2024-03-08') AS r(id, ts, v, d)")
     request = request_file(
-        tmp_path, db,
-        "SELECT id, ts, v * 10 AS v FROM VALUES (2, TIMESTAMP'2024-03-09 12:00:00Z', 2), "
-        "(3, TIMESTAMP'2024-03-09 15:00:00Z', 3), (5, TIMESTAMP'2024-03-10 03:30:00Z', 5), "
-        "(6, TIMESTAMP'2024-03-09 04:30:00Z', 6) AS s(id, ts, v) WHERE ts >= :range_start AND ts < :range_end",
-        time_zone="America/New_York")
+        tmp_path, db, f"SELECT id, ts, v * 10 AS v FROM {db}.raw WHERE ts >= :range_start AND ts < :range_end",
+        time_zone="America/New_York", reconciliation=[
+            {"name": "rows_equal_raw", "metric": "count(*)",  # grouped by event_date, which the source omits
+             "source": {"table": f"{db}.raw", "partition_column": "d", "metric": "count(*)"}}])
     assert main(["plan", str(request)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "generated columns event_date = CAST(ts AS DATE) (Delta generates it on write" in out
@@ -173,6 +177,8 @@ def test_a_new_york_recompute_of_one_day_whose_source_omits_the_generated_column
     assert files_of(spark, f"{db}.events", outside) == before_files  # rows outside the range: the same files
     checks = {c.name: c.success for c in result.checks if c.kind == "constraint"}
     assert checks["generated: event_date = CAST(ts AS DATE)"] is True
+    assert [(c.partition, c.observed, c.success) for c in result.checks if c.name == "rows_equal_raw"] == [
+        ("2024-03-09", "3", True)]
 
 
 def test_a_source_supplying_another_event_date_is_refused_at_validation(spark, settings, db, tmp_path):
