@@ -223,10 +223,11 @@ def snapshot_generated_columns(snapshot) -> tuple[GeneratedColumn, ...]:
     """The generated columns of ``snapshot``'s table (:func:`generated_columns_of`), from the Delta log's
     schemaString: the catalog's schema (``spark.table(name).schema``) drops the ``delta.generationExpression``
     field metadata (Delta 4.4)."""
-    fields = json.loads(snapshot.metadata().schemaString())["fields"]
     from pyspark.sql.types import StructType
 
-    types = {f.name: f.dataType.simpleString() for f in StructType.fromJson({"type": "struct", "fields": fields}).fields}
+    fields = json.loads(snapshot.metadata().schemaString())["fields"]
+    schema = StructType.fromJson({"type": "struct", "fields": fields})
+    types = {f.name: f.dataType.simpleString() for f in schema.fields}
     return generated_columns_of((f["name"], types[f["name"]], f.get("metadata")) for f in fields)
 
 

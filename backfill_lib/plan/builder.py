@@ -136,8 +136,8 @@ def build_plan(
     ------
     IntakeError
         When the request does not fit the table (see :func:`check_request_against_table`), or its string
-        partitions do not (above), or the target has generated columns and the run would publish in another
-        zone than it stages in.
+        partitions do not (above), or the target has generated columns and the request is a rebuild or would
+        publish in another zone than it stages in.
     """
     target = request.target
     if target.where is not None and (where is None or where.text != target.where):

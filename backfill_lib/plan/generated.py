@@ -1,5 +1,5 @@
-"""Generated columns of the target (``GENERATED ALWAYS AS (expression)``) in a plan: the time-zone rule, and how
-the dry run names them. Pure.
+"""Generated columns of the target (``GENERATED ALWAYS AS (expression)``) in a plan: which plans are refused
+(a rebuild, a publish zone other than the staging zone), and how the dry run names them. Pure.
 
 Delta evaluates a generated column's expression whenever it writes a row: it fills the column when the write
 omits it, and refuses the write when a supplied value is not ``column <=> expression``. The expression runs in the
@@ -18,11 +18,11 @@ from backfill_lib.plan.model import BackfillPlan
 
 def check_generated_columns(plan: BackfillPlan) -> None:
     """Refuse a plan whose target has generated columns when it is a rebuild (its ``CREATE OR REPLACE TABLE ... AS
-    SELECT`` takes the schema of the staged rows, without generation expressions: verified on Delta 4.4), or
-    when the run would publish in another time zone than it
-    stages and validates in (the hour grain on a ``TIMESTAMP`` partition column publishes in UTC; see
-    :attr:`~backfill_lib.plan.model.BackfillPlan.write_time_zone`) and that zone is not UTC: Delta would evaluate
-    the expressions in a zone other than the one the staged values were computed in.
+    SELECT`` takes the schema of the staged rows, without generation expressions: verified on Delta 4.4), or when
+    the run would publish in another time zone than it stages and validates in (the hour grain on a ``TIMESTAMP``
+    partition column publishes in UTC, see :attr:`~backfill_lib.plan.model.BackfillPlan.write_time_zone`, so a
+    request in any other zone): Delta would evaluate the expressions in another zone than the staged values were
+    computed in.
 
     Raises
     ------

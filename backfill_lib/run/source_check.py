@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from backfill_lib.adapters.generated import with_generated
 from backfill_lib.core.table_state import Column
 from backfill_lib.intake.rule_checks import check_rules
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.plan.source_query import source_frame
-from backfill_lib.run.staging import aligned
 from backfill_lib.strategies import strategy_for
 
 
@@ -27,10 +27,7 @@ def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[Column
     """
     bounds = (plan.batches[0].start, plan.batches[0].end) if plan.request.range else (None, None)
     frame = source_frame(spark, plan.request, *bounds, versions=plan.pinned_versions)
-    if not plan.target_generated:
-        check_rules(spark, plan.request, plan.request_path, frame)
+    # the rules read the rows as staged: a generated column the source omits computed
+    check_rules(spark, plan.request, plan.request_path, with_generated(frame, plan.target_generated))
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in frame.schema.fields)
-    casts = strategy_for(plan.strategy).align_source(plan, columns, str(plan.request.source.sql))
-    if plan.target_generated:  # the rules read the rows as staged: a generated column the source omits computed
-        check_rules(spark, plan.request, plan.request_path, aligned(frame, casts))
-    return casts
+    return strategy_for(plan.strategy).align_source(plan, columns, str(plan.request.source.sql))

@@ -34,7 +34,8 @@ def test_a_generated_column_the_source_omits_is_computed_and_any_other_missing_c
     source = (Column("id", "int", False), Column("ts", "timestamp"), Column("v", "smallint"))
     casts = align(source, COLUMNS, "s.sql", ("id",), {"event_date": "CAST(ts AS DATE)"})
     assert casts == (ColumnCast("id", "int", False), ColumnCast("ts", "timestamp", False),
-                     ColumnCast("v", "int", True), ColumnCast("event_date", "date", False, expression="CAST(ts AS DATE)"))
+                     ColumnCast("v", "int", True),
+                     ColumnCast("event_date", "date", False, expression="CAST(ts AS DATE)"))
     # supplied, it is aligned like any column (validation compares it with the expression)
     assert align((*source[:2], Column("v", "int"), Column("event_date", "date")), COLUMNS, "s.sql", ("id",),
                  {"event_date": "CAST(ts AS DATE)"})[-1] == ColumnCast("event_date", "date", False)
