@@ -20,10 +20,12 @@ from backfill_lib.core.table_names import table_path
 from backfill_lib.core.table_state import (
     Column,
     Constraint,
+    GeneratedColumn,
     PartitionStats,
     TableState,
     column_mapping_mode,
     constraints_of,
+    generated_columns_of,
 )
 
 
@@ -247,7 +249,7 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     return TableState(name, detail["location"], version, columns, partition_columns, partitions,
                       change_data_feed=change_data_feed, constraints=constraints_of(properties, columns),
                       column_mapping=column_mapping_mode(properties), clustering_columns=clustering,
-                      files=files)
+                      files=files, generated=snapshot_generated_columns(snapshot))
 
 
 def _stat_value(text: str | None, kind: str) -> date | datetime | None:
@@ -306,6 +308,22 @@ def data_column_files(spark: SparkSession, snapshot, column: str, kind: str, bou
         found.append(FileRange(r["path"], int(r["size"]), None if r["n"] is None else int(r["n"]), low, high))
     return tuple(found)
 
+
+def snapshot_generated_columns(snapshot) -> tuple[GeneratedColumn, ...]:
+    """The generated columns of ``snapshot``'s table (:func:`generated_columns_of`), from the Delta log's
+    schemaString: the catalog's schema (``spark.table(name).schema``) drops the ``delta.generationExpression``
+    field metadata (Delta 4.4)."""
+    from pyspark.sql.types import StructType
+
+    fields = json.loads(snapshot.metadata().schemaString())["fields"]
+    schema = StructType.fromJson({"type": "struct", "fields": fields})
+    types = {f.name: f.dataType.simpleString() for f in schema.fields}
+    return generated_columns_of((f["name"], types[f["name"]], f.get("metadata")) for f in fields)
+
+
+def live_generated_columns(spark: SparkSession, name: str) -> tuple[GeneratedColumn, ...]:
+    """The generated columns of Delta table ``name`` as of its latest commit (what its next write enforces)."""
+    return snapshot_generated_columns(latest_snapshot(spark, name))
 
 
 def _typed_partition_values(snapshot, values) -> list:

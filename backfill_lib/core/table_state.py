@@ -71,6 +71,37 @@ def constraints_of(properties: dict[str, str], columns: tuple[Column, ...]) -> t
             + tuple(Constraint(c.name, column=c.name) for c in columns if not c.nullable))
 
 
+#: Column metadata key of a Delta generated column (Delta protocol, "Generated Columns"): the expression's SQL.
+GENERATION_EXPRESSION_KEY = "delta.generationExpression"
+
+
+@dataclass(frozen=True)
+class GeneratedColumn:
+    """A column Delta computes on write: ``name`` (of Spark SQL type ``type``) is
+    ``GENERATED ALWAYS AS (expression)``, an expression over other columns of the same row.
+
+    Delta fills it when a write omits it and otherwise refuses a row whose value is not ``name <=> expression``
+    (verified on Delta 4.4, for ``replaceWhere`` overwrites and MERGE alike), evaluating ``expression`` in the
+    writing session's time zone (``CAST(ts AS DATE)`` is the local date there). :attr:`label` is how checks and
+    the plan name it."""
+
+    name: str
+    type: str
+    expression: str
+
+    @property
+    def label(self) -> str:
+        """``generated: event_date = CAST(ts AS DATE)``."""
+        return f"generated: {self.name} = {self.expression}"
+
+
+def generated_columns_of(fields) -> tuple[GeneratedColumn, ...]:
+    """The generated columns among ``fields``: ``(name, type, metadata)`` triples of a table's top-level schema
+    (``metadata`` the field's metadata dict, as in a Delta schemaString), in column order. Pure."""
+    return tuple(GeneratedColumn(name, type_, str(metadata[GENERATION_EXPRESSION_KEY]))
+                 for name, type_, metadata in fields if (metadata or {}).get(GENERATION_EXPRESSION_KEY))
+
+
 @dataclass(frozen=True)
 class TableState:
     """A Delta table as of one version.
@@ -81,7 +112,7 @@ class TableState:
     ``true``: every commit then also records its changed rows for ``table_changes`` / ``readChangeFeed``.
     ``constraints`` are the CHECK and NOT NULL constraints Delta enforces on writes
     (:func:`constraints_of`); ``column_mapping`` is the table's ``delta.columnMapping.mode`` (``none``, ``name``
-    or ``id``).
+    or ``id``); ``generated`` its generated columns (:func:`generated_columns_of`).
 
     ``clustering_columns`` are the table's liquid clustering columns (``DESCRIBE DETAIL``'s
     ``clusteringColumns``; ``()`` when not clustered). ``files`` is set when the range's column is a data column
@@ -101,6 +132,7 @@ class TableState:
     column_mapping: str = "none"
     clustering_columns: tuple[str, ...] = ()
     files: "tuple[FileRange, ...] | None" = None
+    generated: tuple[GeneratedColumn, ...] = ()
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)

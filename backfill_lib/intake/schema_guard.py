@@ -4,12 +4,14 @@ Allowed: identical columns; integer or decimal widening (the source value is cas
 wider type, which loses nothing); a new column, added to the target as nullable in the publishing commit itself
 (Delta ``mergeSchema``), so rows outside the range read NULL. Everything else is an error naming the column and
 both types: a missing (dropped) column, a narrowing, a change of kind (for example ``INT`` to ``STRING``), or a
-key column that is ``NOT NULL`` in the target but nullable in the source.
+key column that is ``NOT NULL`` in the target but nullable in the source. A target column Delta generates
+(``GENERATED ALWAYS AS (expression)``) may be missing: it is then computed from the row by its expression.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backfill_lib.core.errors import SchemaMismatchError
@@ -36,16 +38,20 @@ def is_widening(source: str, target: str) -> bool:
 
 @dataclass(frozen=True)
 class ColumnCast:
-    """How one target column is filled from the source: the source column, cast to ``type`` when widened."""
+    """How one target column is filled from the source: the source column, cast to ``type`` when widened; or,
+    with ``expression`` set, a generated column the source omits, computed as ``CAST((expression) AS type)``
+    over the row's other (aligned) columns, as Delta would generate it."""
 
     name: str
     type: str
     cast: bool
     new: bool = False
+    expression: str | None = None
 
 
 def align(
-    source: tuple[Column, ...], target: tuple[Column, ...], where: str, keys: tuple[str, ...] = ()
+    source: tuple[Column, ...], target: tuple[Column, ...], where: str, keys: tuple[str, ...] = (),
+    generated: Mapping[str, str] | None = None,
 ) -> tuple[ColumnCast, ...]:
     """Map the source's columns onto the target's: the target's columns in order, then new source columns.
 
@@ -57,6 +63,10 @@ def align(
         Names the source in error messages (a SQL file path).
     keys:
         Key columns: one that is ``NOT NULL`` in the target must not be nullable in the source.
+    generated:
+        The target's generated columns, ``{name: expression}``: one the source lacks is computed by its
+        expression (a :class:`ColumnCast` with ``expression``); one the source has is aligned like any column
+        (validation checks its values against the expression).
 
     Raises
     ------
@@ -69,6 +79,9 @@ def align(
     out = []
     for col in target:
         src = by_name.get(col.name)
+        if src is None and col.name in (generated or {}):
+            out.append(ColumnCast(col.name, col.type, False, expression=generated[col.name]))
+            continue
         if src is None:
             raise SchemaMismatchError(
                 f"{where}: target column {col.name} ({col.type.upper()}) is missing from the source"

@@ -25,6 +25,7 @@ from backfill_lib.core.table_names import path_staging_table, table_path
 from backfill_lib.core.table_state import PartitionStats, TableState
 from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.intake.table_checks import check_request_against_table, range_in_data
+from backfill_lib.plan.generated import check_generated_columns
 from backfill_lib.plan.model import BackfillPlan, Batch, PlannedPartition, SourceInput
 
 #: Partitions per batch when nothing tells their size (no file-based source, an empty target).
@@ -134,11 +135,16 @@ def build_plan(
     ``yyyy-MM-dd``) are refused: the run would leave their rows beside the recomputed ones. An hour format without
     offset across a daylight-saving fall-back is refused: the repeated hour's two partitions would be one value.
 
+    The target's generated columns are recorded (``target_generated``); one the source omits is computed when
+    staging, in the run's time zone, which must be the zone Delta evaluates it in when publishing
+    (:func:`~backfill_lib.plan.generated.check_generated_columns`).
+
     Raises
     ------
     IntakeError
         When the request does not fit the table (see :func:`check_request_against_table`), or its string
-        partitions do not (above).
+        partitions do not (above), or the target has generated columns and the request is a rebuild or would
+        publish in another zone than it stages in.
     """
     target = request.target
     if target.where is not None and (where is None or where.text != target.where):
@@ -170,7 +176,7 @@ def build_plan(
     )
     minted = not run_id
     run_id = check_run_id(run_id) if run_id else new_run_id(now)
-    return BackfillPlan(
+    plan = BackfillPlan(
         run_id=run_id,
         planned_at=now.astimezone(timezone.utc).isoformat(timespec="seconds"),
         request=request,
@@ -192,7 +198,10 @@ def build_plan(
         clustering_columns=state.clustering_columns,
         range_files=range_files,
         files_without_stats=no_stats,
+        target_generated=state.generated,
     )
+    check_generated_columns(plan)
+    return plan
 
 
 def _data_column_partitions(request: BackfillRequest, state: TableState, bounds):

@@ -147,6 +147,9 @@ class BackfillPlan:
         """The Spark type of the range's column (``date``, ``timestamp`` or ``string``) as the plan read it."""
         found = next((c.type for c in self.target_columns if c.name == self.partition_column), None)
         return found or ("string" if self.partition_format else self.request.target.grain.spark_type)
+    #: the target's generated columns as the plan read them (:class:`~backfill_lib.core.table_state.GeneratedColumn`):
+    #: staging computes one the source omits; ``()`` for plans stored before they were recorded
+    target_generated: tuple = ()
 
     @property
     def pinned_versions(self) -> dict[str, int] | None:
@@ -260,6 +263,7 @@ class BackfillPlan:
             "clustering_columns": list(self.clustering_columns),
             "range_files": None if self.range_files is None else asdict(self.range_files),
             "files_without_stats": self.files_without_stats,
+            "target_generated": [asdict(g) for g in self.target_generated],
         }
 
 
@@ -279,7 +283,7 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
     """Rebuild the frozen plan a run stored in the ledger (:meth:`BackfillPlan.summary`), for publishing a
     validated run later or resuming it. The partitions, batches and the target state the plan saw come back
     exactly; nothing is re-read from the tables."""
-    from backfill_lib.core.table_state import Column
+    from backfill_lib.core.table_state import Column, GeneratedColumn
 
     request = BackfillRequest.model_validate(summary["request"])
     grain, tz, fmt = request.target.grain, request.time_zone, request.target.partition_format
@@ -316,4 +320,5 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         clustering_columns=tuple(summary.get("clustering_columns") or ()),
         range_files=None if summary.get("range_files") is None else PartitionStats(**summary["range_files"]),
         files_without_stats=int(summary.get("files_without_stats") or 0),
+        target_generated=tuple(GeneratedColumn(**g) for g in summary.get("target_generated") or ()),
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from backfill_lib.adapters.delta_log import missing_table_message, read_table_state, table_exists
+from backfill_lib.adapters.generated import with_generated
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.errors import IntakeError
@@ -56,7 +57,9 @@ def prepare(
         inputs = pool.submit(in_pool, spark, _pinned_input, spark, request, bounds)
         state, where = state_read.result()
         pins, frame, found = inputs.result()
-    check_rules(spark, request, str(request_path), frame)  # in `backfill plan` too: a bad rule never reaches staging
+    # in `backfill plan` too: a bad rule never reaches staging; the rules read the rows as staged, with a generated
+    # column the source omits computed
+    check_rules(spark, request, str(request_path), with_generated(frame, state.generated))
     plan = build_plan(
         request,
         state,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from backfill_lib.adapters.generated import with_generated
 from backfill_lib.core.table_state import Column
 from backfill_lib.intake.rule_checks import check_rules
 from backfill_lib.intake.schema_guard import ColumnCast
@@ -16,7 +17,8 @@ def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[Column
     """Intake against the live source: analyse the source SQL at the plan's pinned versions (no data read),
     check every rule's tables, columns and expressions (:func:`~backfill_lib.intake.rule_checks.check_rules`),
     and return how the source's columns are cast to the target's (asked of the strategy:
-    :meth:`~backfill_lib.strategies.base.StrategyImpl.align_source`).
+    :meth:`~backfill_lib.strategies.base.StrategyImpl.align_source`; a generated column of the target the source
+    omits is computed by its expression, and the rules are then checked against the rows as staged).
 
     Raises
     ------
@@ -25,6 +27,7 @@ def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[Column
     """
     bounds = (plan.batches[0].start, plan.batches[0].end) if plan.request.range else (None, None)
     frame = source_frame(spark, plan.request, *bounds, versions=plan.pinned_versions)
-    check_rules(spark, plan.request, plan.request_path, frame)
+    # the rules read the rows as staged: a generated column the source omits computed
+    check_rules(spark, plan.request, plan.request_path, with_generated(frame, plan.target_generated))
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in frame.schema.fields)
     return strategy_for(plan.strategy).align_source(plan, columns, str(plan.request.source.sql))

@@ -129,9 +129,20 @@ def staged_rows(spark: SparkSession, staging_table: str) -> DataFrame:
 
 
 def aligned(df: DataFrame, casts: tuple[ColumnCast, ...]) -> DataFrame:
-    """``df`` with the target's columns in the target's order, widened columns cast explicitly."""
-    cols = [F.col(quote_ident(c.name)) for c in casts]  # quoted: a name may hold a dot (not a struct field)
-    return df.select([col.cast(c.type).alias(c.name) if c.cast else col for col, c in zip(cols, casts)])
+    """``df`` with the target's columns in the target's order, widened columns cast explicitly, and generated
+    columns the source omits computed by their expressions.
+
+    A generated column is computed over the *aligned* columns (after widening), as Delta evaluates it over the
+    written row, in the session time zone of this analysis (the run's: the request's ``time_zone``), which the
+    plan makes sure is the zone Delta evaluates it in when publishing
+    (:func:`backfill_lib.plan.generated.check_generated_columns`)."""
+    plain = [c for c in casts if c.expression is None]
+    cols = [F.col(quote_ident(c.name)) for c in plain]  # quoted: a name may hold a dot (not a struct field)
+    df = df.select([col.cast(c.type).alias(c.name) if c.cast else col for col, c in zip(cols, plain)])
+    if len(plain) == len(casts):
+        return df
+    return df.select([F.col(quote_ident(c.name)) if c.expression is None
+                      else F.expr(f"({c.expression})").cast(c.type).alias(c.name) for c in casts])
 
 
 def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: StagingTable,

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import quote_ident
-from backfill_lib.core.table_state import Constraint
+from backfill_lib.core.table_state import Constraint, GeneratedColumn
 from backfill_lib.intake.request import Strategy
 
 #: How many partitions a failed constraint check names.
@@ -37,25 +37,42 @@ def applicable(constraints: Sequence[Constraint], strategy: Strategy, keys: Sequ
     return tuple(c for c in constraints if c.column is None or c.column in keys)
 
 
-def _violation(constraint: Constraint) -> Column:
+def _violation(constraint: Constraint | GeneratedColumn) -> Column:
+    if isinstance(constraint, GeneratedColumn):
+        return _generated_violation(constraint)
     if constraint.column is not None:
         return F.col(quote_ident(constraint.column)).isNull()
     return ~F.coalesce(F.expr(f"({constraint.expression})").cast("boolean"), F.lit(False))
 
 
+def _generated_violation(g: GeneratedColumn) -> Column:
+    # Delta's own check of a supplied generated value: column <=> expression (NULL equals NULL).
+    return ~F.col(quote_ident(g.name)).eqNullSafe(_generated_value(g))
+
+
+def _generated_value(g: GeneratedColumn) -> Column:
+    return F.expr(f"({g.expression})").cast(g.type)
+
+
 def constraint_checks(staged: DataFrame, constraints: Sequence[Constraint], keys: PartitionKeys,
-                      where: str) -> list[Check]:
+                      where: str, generated: Sequence[GeneratedColumn] = ()) -> list[Check]:
     """One ``constraint`` check per constraint of ``constraints`` on ``staged`` (the staged rows of ``where``):
     passed when no row violates it; failed, it gives the violating rows and up to :data:`LISTED_PARTITIONS`
     partitions (plan keys) with their counts. A NOT NULL column ``staged`` lacks (a rebuild dropped it) is left
     out; a CHECK that does not analyse against ``staged`` fails, naming Spark's error.
 
+    Likewise one ``constraint`` check per generated column of ``generated`` (named by its
+    :attr:`~backfill_lib.core.table_state.GeneratedColumn.label`, ``generated: event_date = CAST(ts AS DATE)``):
+    a staged row violates it when its value is not ``column <=> expression``, evaluated in the session time zone
+    (the run's), as Delta checks it when publishing; a failure also gives one example (the staged value and the
+    expression's).
+
     All constraints are counted in one ``groupBy(partition)`` (one Spark job), ``count_if`` per constraint."""
     checks: list[Check] = []
-    counted: list[tuple[Constraint, Column]] = []
-    for c in constraints:
-        if c.column is not None and c.column not in staged.columns:
-            continue
+    counted: list[tuple[Constraint | GeneratedColumn, Column]] = []
+    for c in [*constraints, *generated]:
+        if (c.name if isinstance(c, GeneratedColumn) else c.column) not in (None, *staged.columns):
+            continue  # a column the staged rows lack (a rebuild dropped it)
         violation = _violation(c)
         try:
             staged.select(violation).schema  # analysis only: an expression the staged rows cannot evaluate
@@ -68,6 +85,10 @@ def constraint_checks(staged: DataFrame, constraints: Sequence[Constraint], keys
     if not counted:
         return checks
     aggs = [F.count_if(v).alias(f"c{i}") for i, (_, v) in enumerate(counted)]
+    # One example per generated column: the least (staged value, generated value) pair among its violations.
+    aggs += [F.min(F.when(v, F.struct(F.col(quote_ident(c.name)).cast("string").alias("v"),
+                                      _generated_value(c).cast("string").alias("g")))).alias(f"e{i}")
+             for i, (c, v) in enumerate(counted) if isinstance(c, GeneratedColumn)]
     rows = staged.groupBy(keys.expr().alias("p")).agg(*aggs).collect()
     for i, (c, _) in enumerate(counted):
         bad = sorted(((keys.key(r["p"]) or "NULL", int(r[f"c{i}"])) for r in rows if r[f"c{i}"]),
@@ -79,6 +100,16 @@ def constraint_checks(staged: DataFrame, constraints: Sequence[Constraint], keys
         listed = ", ".join(f"{p} ({n} row{'' if n == 1 else 's'})" for p, n in bad[:LISTED_PARTITIONS])
         more = f" and {len(bad) - LISTED_PARTITIONS} more partitions" if len(bad) > LISTED_PARTITIONS else ""
         unit, verb, them = ("row", "violates", "it") if total == 1 else ("rows", "violate", "them")
+        if isinstance(c, GeneratedColumn):
+            ex = min((r[f"e{i}"] for r in rows if r[f"e{i}"] is not None), key=lambda e: (str(e["v"]), str(e["g"])))
+            shown = lambda v: "NULL" if v is None else v  # noqa: E731
+            checks.append(Check("constraint", c.label, False, None, None, f"{total} {unit}", "0 rows",
+                                f"{total} staged {unit} of {where} {'has' if total == 1 else 'have'} a value of "
+                                f"{c.name} other than {c.expression} (Delta would refuse {them} at publish; "
+                                f"leave {c.name} out of the source to have it computed), e.g. {c.name} "
+                                f"{shown(ex['v'])} where {c.expression} is {shown(ex['g'])}, in partition "
+                                f"{listed}{more}"))
+            continue
         checks.append(Check("constraint", c.label, False, None, None, f"{total} {unit}", "0 rows",
                             f"{total} staged {unit} of {where} {verb} it (Delta would refuse {them} at publish), "
                             f"in partition {listed}{more}"))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from backfill_lib.adapters.delta_log import live_constraints
+from backfill_lib.adapters.delta_log import live_constraints, live_generated_columns
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import GateFailedError
@@ -156,11 +156,13 @@ class Validate:
         return profile(source, keys, rule.metrics, where=rule.source.table)
 
     def _constraints(self, plan: BackfillPlan, staged: DataFrame) -> list[Check]:
-        """The target's CHECK and NOT NULL constraints (as the target holds them now: those its publishing commit
-        will meet) that apply to ``plan``'s strategy, evaluated on the staged rows."""
+        """The target's CHECK and NOT NULL constraints and generated columns (as the target holds them now: those
+        its publishing commit will meet) that apply to ``plan``'s strategy, evaluated on the staged rows."""
         constraints = live_constraints(self.spark, plan.target_table)
+        # A rebuild's CREATE OR REPLACE takes its schema (no generation expressions) from the staged rows.
+        generated = () if plan.strategy.whole_table else live_generated_columns(self.spark, plan.target_table)
         return constraint_checks(staged, applicable(constraints, plan.strategy, plan.request.keys),
-                                 plan.partition_keys, plan.staging_table)
+                                 plan.partition_keys, plan.staging_table, generated)
 
     def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged: DataFrame, whole: bool,
                      source: Future) -> list[Check]:

@@ -24,7 +24,8 @@ PACKAGE = ROOT / "backfill_lib"
 SPARK_INTAKE = ("backfill_lib.intake.sources", "backfill_lib.intake.rule_checks",
                 "backfill_lib.intake.where_check")
 #: the pure modules of plan (the other plan modules read table state through the adapters)
-PURE_PLAN = ("backfill_lib.plan", "backfill_lib.plan.model", "backfill_lib.plan.builder", "backfill_lib.plan.explain")
+PURE_PLAN = ("backfill_lib.plan", "backfill_lib.plan.model", "backfill_lib.plan.builder", "backfill_lib.plan.explain",
+             "backfill_lib.plan.generated")
 #: what the plan needs of a strategy (traits, dry-run text), pure; the implementations need Spark
 PURE_STRATEGIES = ("backfill_lib.strategies.kinds", "backfill_lib.strategies.change_feed")
 

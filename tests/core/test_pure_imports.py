@@ -26,6 +26,7 @@ PURE_MODULES = tuple(sorted(f"backfill_lib.core.{p.stem}" for p in (ROOT / "back
     "backfill_lib.intake.schema_guard",
     "backfill_lib.plan.model",
     "backfill_lib.plan.explain",
+    "backfill_lib.plan.generated",
     "backfill_lib.validate.gates",
     "backfill_lib.report.render",
 )
