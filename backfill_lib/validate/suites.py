@@ -209,10 +209,16 @@ class SuiteRunner:
 def suite_parameters(plan, batch) -> dict[str, object]:
     """The evaluation parameters a suite may reference (``{"$PARAMETER": "range_start"}``): the run ID and the
     first partition start of the range and of ``batch`` (dates or UTC-aware datetimes, inclusive; for a string
-    partition column with ``partition_format``, its keys: strings in the column's format)."""
+    partition column with ``partition_format``, its keys: strings in the column's format; for a ``TIMESTAMP``
+    data column of a day or month grain, the UTC instants those days start at in the request's time zone)."""
+    from backfill_lib.core.file_ranges import instant_bounds
+
     parts = plan.partitions
+    instants = plan.range_in_data and plan.range_type == "timestamp"
 
     def value(p):
+        if instants:
+            return instant_bounds(p.partition, plan.request.target.grain, plan.request.time_zone)[0]
         return p.key if plan.partition_format is not None else p.partition.start
 
     return {
