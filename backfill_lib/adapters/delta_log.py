@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.core.errors import IntakeError, first_line
-from backfill_lib.core.file_ranges import STATS_TIMESTAMP_PRECISION, FileRange, file_set_fingerprint
+from backfill_lib.core.file_ranges import FileRange, file_set_fingerprint
 from backfill_lib.core.table_names import table_path
 from backfill_lib.core.table_state import (
     Column,
@@ -279,8 +279,8 @@ def data_column_files(spark: SparkSession, snapshot, column: str, kind: str, bou
     files = add_files(spark, snapshot)
     physical = partition_value_key(snapshot, column)  # statistics are keyed by physical name, like partitions
     bound = StructType([StructField(physical, StringType())])
-    stats = F.from_json("stats", StructType([StructField("numRecords", StringType()),
-                                             StructField("minValues", bound), StructField("maxValues", bound)]))
+    stats = F.from_json("stats", StructType([StructField("numRecords", StringType()), StructField("minValues", bound),
+                                             StructField("maxValues", bound), StructField("nullCount", bound)]))
     deleted = (F.coalesce(F.col("deletionVector.cardinality"), F.lit(0)) if "deletionVector" in files.columns
                else F.lit(0))
     selected = files.select(
@@ -291,7 +291,8 @@ def data_column_files(spark: SparkSession, snapshot, column: str, kind: str, bou
     rows = selected.select(
         "path", "size", (F.col("__bf_s.numRecords").cast("long") - F.col("__bf_deleted")).alias("n"),
         F.col("__bf_s.minValues").getField(physical).alias("low"),
-        F.col("__bf_s.maxValues").getField(physical).alias("high")).collect()
+        F.col("__bf_s.maxValues").getField(physical).alias("high"),
+        F.col("__bf_s.nullCount").getField(physical).cast("long").alias("nulls")).collect()
     found = []
     for r in rows:
         low, high = _stat_value(r["low"], kind), _stat_value(r["high"], kind)
@@ -302,10 +303,11 @@ def data_column_files(spark: SparkSession, snapshot, column: str, kind: str, bou
             if kind == "timestamp" and not isinstance(start, datetime):  # days of a timestamp column
                 start, end = (datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc) for d in (start, end))
                 start, end = start - timedelta(days=1), end + timedelta(days=1)  # any zone's midnight lies within a day of UTC's
-            reach = high + (STATS_TIMESTAMP_PRECISION if kind == "timestamp" else timedelta(days=1))  # exclusive
+            reach = FileRange("", 0, None, low, high).reach(kind == "timestamp")  # exclusive
             if reach <= start or low >= end:
                 continue
-        found.append(FileRange(r["path"], int(r["size"]), None if r["n"] is None else int(r["n"]), low, high))
+        nulls = None if r["nulls"] is None else int(r["nulls"])  # a file of NULLs only has no min/max
+        found.append(FileRange(r["path"], int(r["size"]), None if r["n"] is None else int(r["n"]), low, high, nulls))
     return tuple(found)
 
 

@@ -33,7 +33,8 @@ class FileRange:
     ``low`` and ``high`` are the column's ``minValues`` and ``maxValues`` (inclusive): ``date`` for a ``DATE``
     column, an aware UTC ``datetime`` for a ``TIMESTAMP`` one (truncated to milliseconds by Delta); both
     ``None`` when the file has no statistics for the column (its values are unknown). ``rows`` is the file's
-    ``numRecords`` less its deletion vector's rows, ``None`` without statistics.
+    ``numRecords`` less its deletion vector's rows, ``None`` without statistics. ``nulls`` is the column's
+    ``nullCount`` (rows in no partition; ``None``: unknown).
     """
 
     path: str
@@ -41,10 +42,23 @@ class FileRange:
     rows: int | None
     low: date | datetime | None
     high: date | datetime | None
+    nulls: int | None = 0
 
     @property
     def has_stats(self) -> bool:
         return self.low is not None and self.high is not None
+
+    def reach(self, timestamps: bool) -> date | datetime:
+        """The exclusive upper bound of the file's values: past ``high`` by a day (dates) or by the millisecond
+        Delta truncated (timestamps)."""
+        return self.high + (STATS_TIMESTAMP_PRECISION if timestamps else timedelta(days=1))
+
+    def rows_within(self, start, end, timestamps: bool) -> int | None:
+        """The file's rows when every one of them lies in ``[start, end)`` (its min/max inside, no NULL in the
+        column, its row count known), else ``None``: the file's rows there are unknown."""
+        if not self.has_stats or self.rows is None or self.nulls != 0:
+            return None
+        return self.rows if self.low >= start and self.reach(timestamps) <= end else None
 
 
 def instant_bounds(partition: Partition, grain: Grain, time_zone: str) -> tuple[datetime, datetime]:
@@ -76,7 +90,7 @@ def overlapping(partitions: list[Partition], files: tuple[FileRange, ...] | list
             for p in partitions:
                 found[p.key].append(f)
             continue
-        high = f.high + STATS_TIMESTAMP_PRECISION if timestamps else f.high + timedelta(days=1)  # exclusive
+        high = f.reach(timestamps)
         i = bisect.bisect_right(ends, f.low)  # the first partition ending after the file's lowest value
         while i < len(partitions) and bounds[i][0] < high:
             found[partitions[i].key].append(f)
@@ -88,9 +102,11 @@ def overlap_stats(partitions: list[Partition], files: tuple[FileRange, ...] | li
                   time_zone: str, timestamps: bool) -> dict[str, PartitionStats]:
     """Per partition key: the files overlapping it (:func:`overlapping`), their bytes shared evenly among the
     partitions each file overlaps (so the partitions' bytes add up to the files' bytes), their rows when every
-    one of them lies wholly inside the partition (else ``None``: unknown), and their file-set fingerprint (which
-    changes exactly when a commit adds or removes a file overlapping the partition)."""
+    one of them lies wholly inside the partition (:meth:`FileRange.rows_within`; else ``None``: unknown, never a
+    count that includes rows of other partitions or NULLs), and their file-set fingerprint (which changes exactly
+    when a commit adds or removes a file overlapping the partition)."""
     found = overlapping(partitions, files, grain, time_zone, timestamps)
+    bounds = dict(zip((p.key for p in partitions), _bounds(partitions, grain, time_zone, timestamps)))
     spans: dict[str, int] = {}
     for chosen in found.values():
         for f in chosen:
@@ -99,10 +115,8 @@ def overlap_stats(partitions: list[Partition], files: tuple[FileRange, ...] | li
     for key, chosen in found.items():
         rows: int | None = 0
         for f in chosen:
-            if rows is None or f.rows is None or spans[f.path] > 1 or not f.has_stats:
-                rows = None
-            else:
-                rows += f.rows
+            inside = f.rows_within(*bounds[key], timestamps)
+            rows = None if rows is None or inside is None else rows + inside
         out[key] = PartitionStats(len(chosen), sum(f.bytes // spans[f.path] for f in chosen), rows,
                                   file_set_fingerprint(f.path for f in chosen) if chosen else "")
     return out
@@ -120,9 +134,8 @@ def range_cost(partitions: list[Partition], files, grain: Grain, time_zone: str,
         _bounds(partitions[-1:], grain, time_zone, timestamps)[0][1]
     rows: int | None = 0
     for f in chosen.values():
-        inside = f.has_stats and f.low >= first and (
-            (f.high + STATS_TIMESTAMP_PRECISION if timestamps else f.high + timedelta(days=1)) <= last)
-        rows = None if rows is None or f.rows is None or not inside else rows + f.rows
+        inside = f.rows_within(first, last, timestamps)
+        rows = None if rows is None or inside is None else rows + inside
     no_stats = sum(1 for f in chosen.values() if not f.has_stats)
     return PartitionStats(len(chosen), sum(f.bytes for f in chosen.values()), rows,
                           file_set_fingerprint(chosen) if chosen else ""), no_stats

@@ -202,6 +202,11 @@ def string_literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def key_order(key: str | None) -> tuple[bool, str]:
+    """A sort key for partition keys that may hold ``None`` (rows whose partition value is NULL): NULL last."""
+    return key is None, key or ""
+
+
 def quote_ident(name: str) -> str:
     """Back-quote a column name for Spark SQL."""
     return "`" + name.replace("`", "``") + "`"

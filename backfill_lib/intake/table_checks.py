@@ -74,10 +74,11 @@ def check_columns_fit(where: str, columns: Sequence[Column], request: BackfillRe
             raise IntakeError(f"{where} column {col.name} is date, grain {target.grain.value} needs a timestamp")
     elif col.type != target.grain.spark_type:
         hint = " (a string column needs target.partition_format, e.g. yyyy-MM-dd)" if col.type == "string" else ""
+        needs = target.grain.spark_type
         if data_column:
             hint = " (a data column carrying the range must be a date or a timestamp)"
-        raise IntakeError(f"{where} column {col.name} is {col.type}, grain {target.grain.value} needs "
-                          f"{target.grain.spark_type}{hint}")
+            needs = "date or timestamp" if needs == "date" else needs
+        raise IntakeError(f"{where} column {col.name} is {col.type}, grain {target.grain.value} needs {needs}{hint}")
     names = {c.name for c in columns}
     for key in request.keys:
         if key not in names:

@@ -115,7 +115,14 @@ class Publish:
         # Two independent reads at once: the commit's retention horizon (history, properties) and the check.
         with ThreadPoolExecutor(1, thread_name_prefix=f"{plan.run_id}-retention") as pool:
             until = pool.submit(in_pool, self.spark, rollback_until, self.spark, plan.target_table, version)
-            post = strategy.verify(self.spark, plan, version, fingerprints, wrote)
+            try:
+                post = strategy.verify(self.spark, plan, version, fingerprints, wrote)
+            except Exception as exc:  # the commit stands unchecked: recorded, then undone, never left as it is
+                record = self.ledger.record_run(record, "publishing", pre_publish_version=pre,
+                                                published_version=version, rollback_until=until.result())
+                message = self.rollback.restore_all(
+                    plan, [], f"post-publish check could not run: {failure_message(exc)}", reporter)
+                raise RolledBackError(f"table {plan.target_table}: {message}") from exc
             record = self.ledger.record_run(record, "publishing", pre_publish_version=pre, published_version=version,
                                             rollback_until=until.result())
         self.ledger.record_checks(plan.run_id, post)

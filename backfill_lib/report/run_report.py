@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
+from backfill_lib.core.partitions import key_order
 from backfill_lib.core.settings import Settings
 from backfill_lib.plan.model import plan_from_summary
 from backfill_lib.report.render import MetricPoint, PartitionRow, ReportData, write_report
@@ -51,7 +52,7 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
     keys = [p.key for p in planned.partitions]
     if (_is_row_count(metric) and keys and staged_rows is not None
             and all(before_rows.get(k) is not None and staged_rows.get(k) is not None for k in keys)):
-        return tuple(MetricPoint(k, before_rows[k], staged_rows[k]) for k in sorted(keys))
+        return tuple(MetricPoint(k, before_rows[k], staged_rows[k]) for k in sorted(keys, key=key_order))
     # in the run's zone, as the run computed everything else (``report_metric`` may use one, e.g. hour(ts))
     with session_time_zone(spark, planned.session_time_zone, f"run {run['run_id']}"):
         before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])

@@ -12,6 +12,7 @@ from backfill_lib.adapters.checksums import row_checksum
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partition_keys import PartitionKeys
+from backfill_lib.core.partitions import key_order
 from backfill_lib.core.table_state import Column
 from backfill_lib.intake.schema_guard import ColumnCast, align
 from backfill_lib.plan.model import BackfillPlan, Batch
@@ -103,7 +104,7 @@ def verify_partitions(spark: SparkSession, plan: BackfillPlan, version: int, pre
     keys = set(published) | set(staged)
     if predicate is not None:  # a planned partition that is empty on both sides is still reported
         keys |= {p.key for p in plan.partitions}
-    for key in sorted(keys):
+    for key in sorted(keys, key=key_order):
         a, b = published.get(key, (0, None)), staged.get(key, (0, None))
         ok = a == b
         checks.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from backfill_lib.core.checks import Check
+from backfill_lib.core.partitions import key_order
 from backfill_lib.intake.request import Gates
 
 
@@ -14,7 +15,7 @@ def row_count_checks(current: dict[str, int | None], staged: dict[str, int], gat
     growth is not allowed. Unknown current counts (files without statistics) pass, named in ``observed``.
     """
     checks = []
-    for key in sorted(set(current) | set(staged)):
+    for key in sorted(set(current) | set(staged), key=key_order):
         before, after = current.get(key) or 0, staged.get(key, 0)
         if current.get(key) is None and key in current:
             checks.append(Check("gate", "row_count", True, key, None, f"? -> {after} rows", "current rows unknown"))

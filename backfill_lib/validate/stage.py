@@ -18,7 +18,7 @@ from backfill_lib.adapters.delta_log import live_constraints, live_generated_col
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import GateFailedError
-from backfill_lib.core.partitions import quote_ident, range_predicate
+from backfill_lib.core.partitions import key_order, quote_ident, range_predicate
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
 from backfill_lib.plan.model import BackfillPlan, Batch
@@ -169,7 +169,7 @@ class Validate:
         """``rule``'s metrics of the staged rows against its source side (``source``, from :meth:`read_sources`)."""
         stg = profile(staged, plan.partition_keys, rule.metrics, where=plan.staging_table)
         src = source.result()
-        keys = sorted(set(src) | set(stg)) if whole else list(batch.keys)
+        keys = sorted(set(src) | set(stg), key=key_order) if whole else list(batch.keys)
         return compare_metrics(src, stg, rule.metrics, keys, rule.name, batch.index)
 
     def _diff(self, plan: BackfillPlan, staged: DataFrame, whole: bool) -> dict:

@@ -36,6 +36,12 @@ def test_a_file_counts_in_every_partition_its_min_max_overlaps_and_its_rows_only
         ("2024-03-09", 3, 100 + 45 + 20, None), ("2024-03-10", 2, 45 + 20, None)]
     only_inside = overlap_stats(days, files[:1], Grain.DAY, "UTC", timestamps=False)
     assert only_inside["2024-03-09"].rows == 7 and only_inside["2024-03-10"].rows == 0
+    # A file overlapping one planned day but holding other days' rows (or NULLs) says nothing of that day's rows.
+    one_day = days[:1]
+    assert overlap_stats(one_day, [FileRange("wide", 90, 5, D8, D10)], Grain.DAY, "UTC", False)["2024-03-09"].rows is None
+    with_null = FileRange("null", 90, 5, D9, D9, nulls=1)
+    assert overlap_stats(one_day, [with_null], Grain.DAY, "UTC", False)["2024-03-09"].rows is None
+    assert range_cost(one_day, [FileRange("wide", 90, 5, D8, D10)], Grain.DAY, "UTC", False)[0].rows is None
     cost, no_stats = range_cost(days, files, Grain.DAY, "UTC", timestamps=False)
     assert (cost.files, cost.bytes, cost.rows, no_stats) == (3, 230, None, 1)
 
@@ -123,8 +129,8 @@ def test_a_timestamp_data_column_of_a_day_grain_is_selected_by_the_request_zones
     ({"table": "db.events", "partition_column": "d", "grain": "hour"},
      "table db.events column d is date, grain hour needs a timestamp"),
     ({"table": "db.events", "partition_column": "v"},
-     "table db.events column v is int, grain day needs date (a data column carrying the range must be a date or a "
-     "timestamp)"),
+     "table db.events column v is int, grain day needs date or timestamp (a data column carrying the range must be "
+     "a date or a timestamp)"),
 ])
 def test_a_data_column_that_cannot_carry_the_range_is_refused_at_intake(target, message):
     with pytest.raises(IntakeError) as err:
@@ -287,7 +293,8 @@ def test_rebuild_of_a_clustered_unpartitioned_table_keeps_its_clustering(spark, 
 
     rows = clustered_events(spark, db)
     request = spark_request(tmp_path, {"table": f"{db}.events", "partition_column": "ts"},
-                            f"SELECT id, ts, v + 100 AS v FROM {db}.events VERSION AS OF 4", strategy="rebuild",
+                            f"SELECT id, ts, v + 100 AS v FROM {db}.events VERSION AS OF 4 "
+                            "UNION ALL SELECT 9, CAST(NULL AS TIMESTAMP), 109", strategy="rebuild",
                             time_zone="Asia/Kolkata")
     import yaml
     fields = yaml.safe_load(request.read_text())
@@ -296,8 +303,9 @@ def test_rebuild_of_a_clustered_unpartitioned_table_keeps_its_clustering(spark, 
     result = run(spark, settings, request)
     assert result.status == "published" and current_version(spark, f"{db}.events") == 5
     assert [p.key for p in result.plan.partitions] == ["2024-03-08", "2024-03-09", "2024-03-10"]
+    # a row whose range value is NULL belongs to no partition; a rebuild keeps it (the post-publish check too)
     assert_df_equality(spark.table(f"{db}.events"),
-                       spark.createDataFrame([(i, ts, v + 100) for i, ts, v in rows], TIMED),
+                       spark.createDataFrame([(i, ts, v + 100) for i, ts, v in rows] + [(9, None, 109)], TIMED),
                        ignore_row_order=True, ignore_nullable=True)
     detail = spark.sql(f"DESCRIBE DETAIL {db}.events").first()
     assert (detail["clusteringColumns"], detail["partitionColumns"]) == (["ts"], [])
