@@ -231,7 +231,7 @@ def rollback(
 
 
 @app.command()
-def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.daily_route_delays.")]) -> None:
+def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.daily_route_delays or sales.`order-lines`.")]) -> None:
     """List the table's versions written by backfills (DESCRIBE HISTORY userMetadata joined with the ledger)."""
     from pyspark.errors import AnalysisException
 
@@ -239,6 +239,12 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
     from backfill_lib.publish.history import backfill_versions
     from backfill_lib.run.ledger import Ledger
 
+    from backfill_lib.core.table_names import check_table_name
+
+    try:  # the canonical spelling (sales.`order-lines`), or a one-line refusal before Spark starts
+        table = check_table_name(table.strip())
+    except ValueError as exc:
+        raise IntakeError(f"backfill history: {exc}") from None
     settings = _settings()
     spark = _spark(settings)
     try:
