@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from backfill_lib.core.errors import MESSAGE_LIMIT, BackfillError, GateFailedError, first_line, one_line
@@ -251,7 +252,7 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
         versions = backfill_versions(spark, Ledger(spark, settings.ledger_schema), table)
     except AnalysisException as exc:
         raise IntakeError(f"table {table}: {str(exc).strip().splitlines()[0]}") from exc
-    out = Table(title=f"Backfill versions of {table} (newest first)", title_justify="left")
+    out = Table(title=f"Backfill versions of {escape(table)} (newest first)", title_justify="left")
     for col in ("version", "committed", "action", "run ID", "run status", "strategy", "owner", "reason", "approved by", "detail"):
         out.add_column(col)
     for v in versions:
@@ -259,7 +260,7 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
                     _s(v.reason), _s(v.approved_by), _s(v.detail))
     console.print(out)
     if not versions:
-        console.print(f"no version of {table} was written by a backfill", highlight=False)
+        console.print(f"no version of {table} was written by a backfill", highlight=False, markup=False)
 
 
 def _print_failures(failures) -> None:
@@ -289,14 +290,14 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
         for col in ("run ID", "status", "request", "target", "owner", "published version", "updated (UTC)"):
             table.add_column(col)
         for r in ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect():
-            table.add_row(r["run_id"], r["status"], r["request_name"], r["target_table"], r["owner"],
+            table.add_row(r["run_id"], r["status"], r["request_name"], escape(r["target_table"] or ""), r["owner"],
                           "" if r["published_version"] is None else str(r["published_version"]), str(r["event_at"]))
         console.print(table)
         return
     run_ = ledger.run(run_id)
     console.print(
-        f"run {run_id}: [bold]{run_['status']}[/bold]  request {run_['request_name']}  target {run_['target_table']}  "
-        f"owner {run_['owner']}  reason {run_['reason']}",
+        f"run {run_id}: [bold]{run_['status']}[/bold]  request {run_['request_name']}  target {escape(run_['target_table'] or '')}  "
+        f"owner {escape(run_['owner'] or '')}  reason {escape(run_['reason'] or '')}",
         highlight=False,
     )
     console.print(

@@ -108,3 +108,33 @@ def test_a_mart_depends_on_a_quoted_mart_however_spelt(tmp_path):
     daily, monthly = mart("`sales-eu`.`daily`"), mart("`sales-eu`.monthly", "`Sales-EU`.Daily")
     assert (daily.table, monthly.depends_on) == ("`sales-eu`.daily", ("`Sales-EU`.Daily",))
     assert [m.table for m in mart_order((monthly, daily))] == ["`sales-eu`.daily", "`sales-eu`.monthly"]
+
+
+def test_backfill_plan_prints_a_quoted_target_and_its_staging_table_as_spelt(tmp_path):
+    from datetime import datetime, timezone
+
+    from rich.console import Console
+
+    from backfill_lib.core.table_state import Column, PartitionStats, TableState
+    from backfill_lib.intake.request import BackfillRequest
+    from backfill_lib.plan.builder import build_plan
+    from backfill_lib.plan.explain import explain
+
+    (tmp_path / "q.sql").write_text("SELECT 1 AS id")
+    name = "`sales-eu`.`order[x]`"  # [x] would be console markup if printed as such
+    request = BackfillRequest.model_validate({
+        "name": "q", "owner": "ana@example.com", "reason": "TEST-18: names",
+        "target": {"table": name, "partition_column": "d"}, "range": {"start": "2024-03-09", "end": "2024-03-09"},
+        "strategy": "recompute", "source": {"sql": str(tmp_path / "q.sql")}, "keys": ["id"]})
+    state = TableState(name, "file:/wh/t", 3, (Column("id", "int"), Column("d", "date")), ("d",),
+                       {"2024-03-09": PartitionStats(1, 10, 2, "x")})
+    plan = build_plan(request, state, request_path="r.yml", staging_schema="stg", batch_size=None,
+                      now=datetime(2026, 12, 1, 12, tzinfo=timezone.utc), run_id="bf_q")
+    digest = hashlib.sha256(b"`sales-eu`.`order[x]`").hexdigest()[:10]
+    assert (plan.target_table, plan.staging_table) == (name, f"stg.q__sales_eu_order_x__{digest}__bf_q")
+    console = Console(record=True, width=400)
+    console.print(explain(plan))
+    text = console.export_text()
+    assert f"target                 {name} at version 3" in text
+    assert f"staging table          {plan.staging_table}" in text
+    assert f"replaceWhere on {name}: (`d` >= DATE'2024-03-09' AND `d` < DATE'2024-03-10')" in text
