@@ -108,8 +108,8 @@ def check_table_name(value: str) -> str:
     Raises
     ------
     ValueError
-        Naming ``value``: not one of the two forms (an unquoted part other than ``[A-Za-z_][A-Za-z0-9_]*``), a
-        part that is empty or holds a control character,
+        Naming ``value``: not one of the two forms (an unquoted part other than ``[A-Za-z_][A-Za-z0-9_]*``, a
+        part holding ``/``: ``parquet.`/data/t``` reads files), a part that is empty or holds a control character,
         a path that is empty, relative, or holds a control character (a newline would break the one-line messages
         and reports that name the table).
     """
@@ -122,14 +122,19 @@ def check_table_name(value: str) -> str:
         if parts is None or not 1 <= len(parts) <= 3:
             raise ValueError(f"'{value}' is not a table name of the form [catalog.]schema.table "
                              "or delta.`<absolute path>` (quote a part with back-quotes: sales.`order-lines`)")
+        canonical = catalog_table(parts)
+        if table_path(canonical) is not None:  # `delta`.`/data/t` is the path-based name delta.`/data/t` to Spark
+            return check_table_name(canonical)
+        if any("/" in part for part in parts):  # parquet.`/data/t` is a file query to Spark, not a table
+            raise ValueError(f"'{value}' is not a table name of the form [catalog.]schema.table or "
+                             "delta.`<absolute path>` (a part holding '/' reads files: name a Delta table by its "
+                             "path as delta.`<absolute path>`)")
         for part in parts:
             if not part:
                 raise ValueError(f"'{value}': a back-quoted name part is empty")
             if any(ord(c) < 32 or ord(c) == 127 for c in part):
                 raise ValueError(f"'{value}': a name part holds a control character")
-        canonical = catalog_table(parts)
-        # `delta`.`/data/t` is the path-based name delta.`/data/t` to Spark: checked as one
-        return canonical if table_path(canonical) is None else check_table_name(canonical)
+        return canonical
     if any(ord(c) < 32 or ord(c) == 127 for c in path):
         raise ValueError(f"{path_table(path)!r}: the path holds a control character")
     if not is_absolute_path(path):

@@ -51,6 +51,8 @@ def test_a_catalog_name_is_parsed_and_spelt_one_way(written, canonical, parts):
     ("sales. orders", "is not a table name of the form"),
     ("sales.1x", "is not a table name of the form"),
     ("sales.``", "'sales.``': a back-quoted name part is empty"),
+    ("parquet.`/data/t`", "(a part holding '/' reads files: name a Delta table by its path as delta.`<absolute"),
+    ("`csv`.`s3://b/t`", "is not a table name of the form"),
     ("sales.`a\nb`", "a name part holds a control character"),
     ("`delta`.`data/events`", "'delta.`data/events`': the path 'data/events' is not absolute"),  # as a path
 ])
