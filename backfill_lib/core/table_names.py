@@ -189,7 +189,7 @@ def catalog_staging_table(name: str, staging_schema: str, run_id: str) -> str:
     ``flat`` is ``<schema>__<table>`` when both are plain words (``sales.orders`` -> ``sales__orders``, as always;
     a reserved word is fine inside it); otherwise ``q__<slug>__<hash>``: ``slug`` the parts lower-cased, every run
     of other characters than ``a-z0-9`` as one ``_`` (cut to :data:`SLUG_LENGTH`), ``hash`` the first 10 hex
-    digits of the SHA-256 of the lower-cased canonical name (Spark's catalogs ignore case), so
+    digits of the SHA-256 of ``schema.table`` canonically spelt and lower-cased (Spark's catalogs ignore case), so
     ``sales.`a-b``` and ``sales.`a b``` never share a staging table. The catalog part is kept as spelt."""
     parts = split_table_name(name)
     if parts is None or not 1 <= len(parts) <= 3:
