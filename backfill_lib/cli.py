@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from backfill_lib.core.errors import MESSAGE_LIMIT, BackfillError, GateFailedError, first_line, one_line
@@ -231,7 +232,7 @@ def rollback(
 
 
 @app.command()
-def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.daily_route_delays.")]) -> None:
+def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.daily_route_delays or sales.`order-lines`.")]) -> None:
     """List the table's versions written by backfills (DESCRIBE HISTORY userMetadata joined with the ledger)."""
     from pyspark.errors import AnalysisException
 
@@ -239,13 +240,19 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
     from backfill_lib.publish.history import backfill_versions
     from backfill_lib.run.ledger import Ledger
 
+    from backfill_lib.core.table_names import check_table_name
+
+    try:  # the canonical spelling (sales.`order-lines`), or a one-line refusal before Spark starts
+        table = check_table_name(table.strip())
+    except ValueError as exc:
+        raise IntakeError(f"backfill history: {exc}") from None
     settings = _settings()
     spark = _spark(settings)
     try:
         versions = backfill_versions(spark, Ledger(spark, settings.ledger_schema), table)
     except AnalysisException as exc:
         raise IntakeError(f"table {table}: {str(exc).strip().splitlines()[0]}") from exc
-    out = Table(title=f"Backfill versions of {table} (newest first)", title_justify="left")
+    out = Table(title=f"Backfill versions of {escape(table)} (newest first)", title_justify="left")
     for col in ("version", "committed", "action", "run ID", "run status", "strategy", "owner", "reason", "approved by", "detail"):
         out.add_column(col)
     for v in versions:
@@ -253,7 +260,7 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
                     _s(v.reason), _s(v.approved_by), _s(v.detail))
     console.print(out)
     if not versions:
-        console.print(f"no version of {table} was written by a backfill", highlight=False)
+        console.print(f"no version of {table} was written by a backfill", highlight=False, markup=False)
 
 
 def _print_failures(failures) -> None:
@@ -283,14 +290,14 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
         for col in ("run ID", "status", "request", "target", "owner", "published version", "updated (UTC)"):
             table.add_column(col)
         for r in ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect():
-            table.add_row(r["run_id"], r["status"], r["request_name"], r["target_table"], r["owner"],
+            table.add_row(r["run_id"], r["status"], r["request_name"], escape(r["target_table"] or ""), r["owner"],
                           "" if r["published_version"] is None else str(r["published_version"]), str(r["event_at"]))
         console.print(table)
         return
     run_ = ledger.run(run_id)
     console.print(
-        f"run {run_id}: [bold]{run_['status']}[/bold]  request {run_['request_name']}  target {run_['target_table']}  "
-        f"owner {run_['owner']}  reason {run_['reason']}",
+        f"run {run_id}: [bold]{run_['status']}[/bold]  request {run_['request_name']}  target {escape(run_['target_table'] or '')}  "
+        f"owner {escape(run_['owner'] or '')}  reason {escape(run_['reason'] or '')}",
         highlight=False,
     )
     console.print(

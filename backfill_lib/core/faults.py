@@ -91,8 +91,10 @@ def maybe_conflict(keys: tuple[str, ...]) -> None:
 
 def monitor_failure(table: str) -> str | None:
     """The injected monitor failure for ``table``, if ``BACKFILL_FAIL_MONITOR`` asks for one."""
+    from backfill_lib.core.table_names import same_table_key
+
     spec = os.environ.get(MONITOR_ENV)
-    if spec and spec in ("*", table):
+    if spec and (spec == "*" or same_table_key(spec) == same_table_key(table)):  # however the table is spelt
         return f"injected by {MONITOR_ENV}"
     return None
 

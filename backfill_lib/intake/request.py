@@ -20,7 +20,7 @@ from backfill_lib.core.errors import PartitionError, RequestError
 from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partitions import Grain, half_open, zone
 from backfill_lib.core.safe_yaml import load as load_yaml
-from backfill_lib.core.table_names import check_table_name
+from backfill_lib.core.table_names import check_table_name, same_table_key
 from backfill_lib.intake.rules import DiffGate, MetricSpec
 from backfill_lib.intake.sql_text import single_query
 
@@ -238,10 +238,11 @@ def mart_order(marts: tuple[Mart, ...]) -> tuple[Mart, ...]:
     ValueError
         Naming an unknown dependency or a cycle.
     """
-    by_table = {m.table: m for m in marts}
+    # one table however its name is cased (Spark's catalogs ignore case): `Sales.Daily` depends on `sales.daily`
+    by_table = {same_table_key(m.table): m for m in marts}
     for m in marts:
         for dep in m.depends_on:
-            if dep not in by_table:
+            if same_table_key(dep) not in by_table:
                 raise ValueError(f"marts: {m.table} depends on {dep}, which is not a mart of this request")
     ordered: list[Mart] = []
     visiting: set[str] = set()
@@ -253,7 +254,7 @@ def mart_order(marts: tuple[Mart, ...]) -> tuple[Mart, ...]:
             raise ValueError(f"marts: dependency cycle {' -> '.join((*path, m.table))}")
         visiting.add(m.table)
         for dep in m.depends_on:
-            visit(by_table[dep], (*path, m.table))
+            visit(by_table[same_table_key(dep)], (*path, m.table))
         visiting.discard(m.table)
         ordered.append(m)
 

@@ -21,7 +21,7 @@ from backfill_lib.core.partitions import (
     repeated_keys,
 )
 from backfill_lib.core.settings import DEFAULT_BATCH_BYTES
-from backfill_lib.core.table_names import path_staging_table, table_path
+from backfill_lib.core.table_names import catalog_staging_table, path_staging_table, table_path
 from backfill_lib.core.table_state import PartitionStats, TableState
 from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.intake.table_checks import check_request_against_table, range_in_data
@@ -88,14 +88,13 @@ def staging_table_name(target: str, staging_schema: str, run_id: str) -> str:
     """``[catalog.]<staging_schema>.<schema>__<table>__<run_id>``: one staging table per target and run.
 
     A path-based target ``delta.`<path>``` stages into ``<staging_schema>.path__<slug>__<hash>__<run_id>`` in the
-    session catalog (:func:`~backfill_lib.core.table_names.path_staging_table`)."""
+    session catalog (:func:`~backfill_lib.core.table_names.path_staging_table`); a catalog name with a part that
+    needs back-quotes (``sales.`order-lines```) into a sanitized, hashed name
+    (:func:`~backfill_lib.core.table_names.catalog_staging_table`)."""
     path = table_path(target)
     if path is not None:
         return path_staging_table(path, staging_schema, run_id)
-    parts = target.split(".")
-    catalog = parts[0] + "." if len(parts) == 3 else ""
-    flat = "__".join(parts[-2:])
-    return f"{catalog}{staging_schema}.{flat}__{run_id}"
+    return catalog_staging_table(target, staging_schema, run_id)
 
 
 def build_plan(

@@ -162,7 +162,7 @@ def explain(plan: BackfillPlan) -> Group:
         ("concurrency", f"{r.concurrency} batches at once" if r.concurrency else "from settings"),
         ("plan ID", f"{plan.run_id} (`backfill run` plans again and gets its own run ID)"),
     ]:
-        head.add_row(label, value)
+        head.add_row(label, Text(value))  # as text: a name or predicate holding [x] is no console markup
     table = Table(title="Partitions touched (current target, from the Delta log)", title_justify="left")
     for name, justify in (("partition", "left"), ("batch", "right"), ("files", "right"), ("bytes", "right"), ("rows", "right")):
         table.add_column(name, justify=justify)

@@ -22,14 +22,13 @@ Without a JVM (Spark Connect) the SQL is not rewritten, only the rules' tables a
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 
 from backfill_lib.core.checks import Check
-from backfill_lib.core.table_names import is_absolute_path, path_table, table_path
+from backfill_lib.core.table_names import catalog_table, is_absolute_path, path_table, split_table_name, table_path
 from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.plan.model import BackfillPlan, SourceVersion
 
@@ -37,21 +36,17 @@ from backfill_lib.plan.model import BackfillPlan, SourceVersion
 #: as a change without looking (a source that busy has most likely changed the range anyway)
 MAX_INSPECTED_COMMITS = 1000
 
-_PLAIN = re.compile(r"[a-z_][a-z0-9_]*")
-
 
 def table_key(parts: Iterable[str]) -> str:
     """The key a table is pinned under: its name parts lower-cased (Spark's identifiers are case-insensitive),
-    joined by dots, a part that is not a plain identifier back-quoted (so the key reads the table in SQL too).
+    joined by dots, a part that is not a plain identifier or is a reserved word back-quoted
+    (:func:`~backfill_lib.core.table_names.catalog_table`, so the key reads the table in SQL too).
     A path-based table (``delta`` and an absolute path) keeps its path's case: paths are case-sensitive."""
     parts = list(parts)
     if len(parts) == 2 and parts[0].lower() == "delta" and is_absolute_path(parts[1]):
         return path_table(parts[1])
-    out = []
-    for p in parts:
-        p = p.lower()
-        out.append(p if _PLAIN.fullmatch(p) else "`" + p.replace("`", "``") + "`")
-    return ".".join(out)
+    # lower-cased, then spelt as check_table_name spells a request's names (a reserved word back-quoted too)
+    return catalog_table([p.lower() for p in parts])
 
 
 def _jvm_session(spark: SparkSession):
@@ -182,7 +177,10 @@ def _parts_of(spark: SparkSession, name: str) -> list[str]:
         except Exception:  # not a name Spark parses: read as written, Spark's error comes when it is read
             pass
     path = table_path(name)
-    return ["delta", path] if path is not None else name.split(".")
+    if path is not None:
+        return ["delta", path]
+    # a dot inside a back-quoted part does not split it (sales.`a.b` is two parts)
+    return split_table_name(name) or name.split(".")
 
 
 def _key_of(spark: SparkSession, name: str) -> str:

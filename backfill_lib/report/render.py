@@ -223,8 +223,9 @@ def render_html(data: ReportData, directory: Path) -> str:
 
 
 def _md(value: object) -> str:
-    # Markdown viewers render inline HTML, so user text is escaped there too; pipes would split table cells.
-    return escape(_text(value), quote=False).replace("|", "\\|").replace("\n", " ")
+    # Markdown viewers render inline HTML, so user text is escaped there too; pipes would split table cells;
+    # back-quotes (a quoted table name: sales.`order-lines`) would open code spans.
+    return escape(_text(value), quote=False).replace("|", "\\|").replace("`", "\\`").replace("\n", " ")
 
 
 def render_markdown(data: ReportData) -> str:

@@ -8,8 +8,9 @@ from chispa import assert_df_equality
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import SourceChangedError
+from backfill_lib.core.table_names import check_table_name
 from backfill_lib.plan.model import SourceVersion
-from backfill_lib.plan.source_pins import pin_versions
+from backfill_lib.plan.source_pins import pin_versions, table_key
 from backfill_lib.run import batch_stager
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import prepare
@@ -177,3 +178,12 @@ def test_a_validated_run_published_later_keeps_its_pinned_rows(spark, settings, 
     assert_df_equality(spark.table(f"{db}.events"), source_as_of_pin(spark), ignore_row_order=True,
                        ignore_nullable=True)
     assert [c.success for c in result.checks if c.kind == "source_snapshot"] == [False]
+
+
+def test_the_pin_key_of_parser_parts_is_the_canonical_name_lower_cased():
+    # Spark's parser gives unquoted parts: the key spells them as a request's name is spelt
+    assert table_key(["Sales", "Order-Lines"]) == "sales.`order-lines`" \
+        == check_table_name("sales.`Order-Lines`").lower()
+    assert table_key(["sales", "select"]) == "sales.`select`"
+    assert table_key(["my-cat", "sales", "a.b"]) == "`my-cat`.sales.`a.b`"
+    assert table_key(["delta", "/wh/T"]) == "delta.`/wh/T`"
