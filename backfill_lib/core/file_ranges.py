@@ -126,12 +126,11 @@ def range_cost(partitions: list[Partition], files, grain: Grain, time_zone: str,
     """The distinct files overlapping any of ``partitions`` as one :class:`PartitionStats` (files, bytes, rows:
     ``None`` when a file without statistics or reaching outside the partitions is among them), and how many of
     them have no statistics for the column."""
-    found = overlapping(partitions, files, grain, time_zone, timestamps)
-    chosen = {f.path: f for fs in found.values() for f in fs}
     if not partitions:
         return PartitionStats(), 0
-    first, last = _bounds(partitions[:1], grain, time_zone, timestamps)[0][0], \
-        _bounds(partitions[-1:], grain, time_zone, timestamps)[0][1]
+    found = overlapping(partitions, files, grain, time_zone, timestamps)
+    chosen = {f.path: f for fs in found.values() for f in fs}
+    (first, _), (_, last) = _bounds([partitions[0], partitions[-1]], grain, time_zone, timestamps)
     rows: int | None = 0
     for f in chosen.values():
         inside = f.rows_within(first, last, timestamps)

@@ -95,8 +95,9 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
     """Refuse to publish when a commit changed the range's data files since the plan read the target.
 
     Compares each planned partition's file-set fingerprint from the Delta log now with the plan's (within
-    ``target.where``, as the plan read them). Commits that touched only other partitions pass. Returns the
-    target's current version.
+    ``target.where``, as the plan read them; for a range on a data column, the files whose min/max statistics
+    overlap the partition). Commits that touched only other partitions pass. Returns the target's current
+    version.
 
     Raises
     ------

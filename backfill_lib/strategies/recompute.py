@@ -25,6 +25,8 @@ class Recompute(RecomputeKind, StrategyImpl):
         repartitioned by the partition column into at most ``defaultParallelism`` tasks, so each target
         partition (of every partition column) is written as one file by one task and the tasks write in parallel (the layout Delta's
         optimized writes aim at; cap very large partitions' files with ``spark.sql.files.maxRecordsPerFile``).
+        A range on a data column is ranged instead (``repartitionByRange``): each task writes a contiguous span of
+        the column's values, so the new files' min/max statistics stay narrow.
         """
         pre = check_fence(spark, plan)
         predicate = self.publish_predicate(plan)
