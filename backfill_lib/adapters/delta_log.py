@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 
 from backfill_lib.core.errors import IntakeError, first_line
 from backfill_lib.core.file_ranges import FileRange, file_set_fingerprint
+from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.table_names import table_path
 from backfill_lib.core.table_state import (
     Column,
@@ -202,7 +203,7 @@ def add_files(spark: SparkSession, snapshot) -> DataFrame:
 
 
 def read_table_state(spark: SparkSession, name: str, with_partitions: bool = True, *,
-                     partition_column: str | None = None, where: str | None = None,
+                     partition_column: str | PartitionKeys | None = None, where: str | None = None,
                      bounds: tuple | None = None) -> TableState:
     """Read ``name``'s version, schema, partition columns, whether its Change Data Feed is on, constraints, column mapping mode and (optionally)
     per-partition stats.
@@ -212,7 +213,8 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     partition values satisfy ``where`` (a checked ``target.where``, :func:`partition_stats`). When
     ``partition_column`` is a ``DATE`` or ``TIMESTAMP`` data column instead, ``files`` holds the data files whose
     statistics overlap ``bounds`` (the range's half-open ``(start, end)``: dates, or UTC datetimes for hours;
-    ``None``: every file), from :func:`data_column_files`.
+    ``None``: every file), from :func:`data_column_files`. ``partition_column`` may be the :class:`PartitionKeys`
+    of integer date-part partition columns; their stats are keyed as :func:`partition_stats` keys them.
 
     Raises
     ------
@@ -237,9 +239,15 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     snapshot = latest_snapshot(spark, name)  # the version and its partitions' files, read from one snapshot
     version = int(snapshot.version())
     partitions: dict[str, PartitionStats] = {}
-    column = partition_column or (partition_columns[0] if partition_columns else None)
+    keys = partition_column if isinstance(partition_column, PartitionKeys) and partition_column.parts else None
+    if isinstance(partition_column, PartitionKeys) and keys is None:
+        partition_column = partition_column.column
+    column = None if keys else partition_column or (partition_columns[0] if partition_columns else None)
     files = None
-    if with_partitions and column in partition_columns:
+    if with_partitions and keys is not None:
+        if set(keys.parts) <= set(partition_columns):  # else intake names the part that is no partition column
+            partitions = partition_stats(spark, name, keys, snapshot, where=where)
+    elif with_partitions and column in partition_columns:
         partitions = partition_stats(spark, name, column, snapshot, where=where)
     elif with_partitions and column is not None:
         kind = next((c.type for c in columns if c.name == column), None)
@@ -384,10 +392,13 @@ def live_constraints(spark: SparkSession, name: str) -> tuple[Constraint, ...]:
     return constraints_of(*live_metadata(spark, name))
 
 
-def partition_stats(spark: SparkSession, name: str, partition_column: str, snapshot=None,
+def partition_stats(spark: SparkSession, name: str, partition_column: str | PartitionKeys, snapshot=None,
                     where: str | None = None) -> dict[str, PartitionStats]:
     """Files, bytes, rows and a file-set fingerprint per value of ``partition_column`` of Delta table ``name``,
     from the Delta log of ``snapshot`` (default: the latest, from :func:`latest_snapshot`).
+
+    ``partition_column`` may be the :class:`PartitionKeys` of integer date-part columns
+    (:mod:`backfill_lib.core.date_parts`): the stats are then keyed by the plan keys their values form.
 
     A file's rows are its ``numRecords`` less the rows its deletion vector marks deleted (the vector's
     ``cardinality``; Delta protocol, "Deletion Vectors"), so they count the rows a query reads. With several
@@ -399,16 +410,23 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str, snaps
     deleted = (F.coalesce(F.col("deletionVector.cardinality"), F.lit(0)) if "deletionVector" in files.columns
                else F.lit(0))
     values = F.col("partitionValues")
+    parts = partition_column if isinstance(partition_column, PartitionKeys) and partition_column.parts else None
+    if isinstance(partition_column, PartitionKeys) and parts is None:
+        partition_column = partition_column.column
+    typed = parts is not None or where is not None
     # Names no partition column has: ``where`` reads the partition columns beside them by their own names.
     selected = files.select(
-        values.getItem(partition_value_key(snapshot, partition_column)).alias("__bf_p"),
+        (F.lit(None) if parts is not None
+         else values.getItem(partition_value_key(snapshot, partition_column))).alias("__bf_p"),
         F.col("path").alias("__bf_path"),
         F.col("size").alias("__bf_size"),
         (F.get_json_object("stats", "$.numRecords").cast("long") - deleted).alias("__bf_n"),
-        *(_typed_partition_values(snapshot, values) if where is not None else ()),
+        *(_typed_partition_values(snapshot, values) if typed else ()),
     )
     if where is not None:
         selected = selected.where(F.coalesce(F.expr(where), F.lit(False)))
+    if parts is not None:  # the integer parts' values form the key, as the plan renders it
+        selected = selected.withColumn("__bf_p", parts.expr())
     rows = (
         selected
         .groupBy(F.col("__bf_p").alias("p"))
@@ -422,7 +440,7 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str, snaps
         .collect()
     )
     return {
-        r["p"]: PartitionStats(
+        (parts.key(r["p"]) if parts is not None else r["p"]): PartitionStats(
             int(r["files"]),
             int(r["bytes"]),
             None if r["rows"] is None else int(r["rows"]),

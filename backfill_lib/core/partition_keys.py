@@ -9,6 +9,9 @@ unambiguous ISO 8601 instant and Python maps it to the plan key.
 A ``STRING`` partition column with a ``partition_format`` holds the plan's keys themselves (``20240310``):
 grouping by it needs no mapping. A typed column keyed for such a plan (a rule's source table, :meth:`PartitionKeys.of_source`)
 renders its values in the format.
+
+Integer date-part columns (``year``/``month``/``day``/``hour``, :mod:`backfill_lib.core.date_parts`) are keyed
+from their values together: ``parts`` names them, widest first.
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ class PartitionKeys:
     format: str | None = None
     string_column: bool = True
     data_type: str | None = None
+    #: the integer date-part columns (year, month, day, hour; those of ``grain``) that carry the partition
+    #: together; ``column`` is then their label (``y/m/d``), no column of the table
+    parts: tuple[str, ...] = ()
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The table's columns the keys are computed from: the parts, or ``column``."""
+        return self.parts or (self.column,)
 
     @property
     def holds_keys(self) -> bool:
@@ -63,6 +74,14 @@ class PartitionKeys:
         month, an ISO instant for hour."""
         from pyspark.sql import functions as F
 
+        if self.parts:
+            from backfill_lib.core.date_parts import key_format
+
+            cols = [F.col(quote_ident(c)) for c in self.parts]
+            known = cols[0].isNotNull()
+            for c in cols[1:]:
+                known = known & c.isNotNull()
+            return F.when(known, F.format_string(key_format(self.grain), *cols))
         column = F.col(quote_ident(self.column))  # quoted: a name may hold a dot (not a struct field)
         if self.data_type is not None:
             if self.grain is Grain.HOUR:
@@ -77,6 +96,10 @@ class PartitionKeys:
         """The plan key of one value :meth:`expr` produced (``None`` stays ``None``: a NULL partition value)."""
         if raw is None or self.holds_keys:
             return raw
+        if self.parts:
+            from backfill_lib.core.date_parts import hour_key
+
+            return hour_key(raw, self.time_zone) if self.grain is Grain.HOUR else raw
         if self.format is not None:
             start = partition_of_key(raw, self.grain, self.time_zone).start
             return partition_key(start, self.grain, self.format, self.time_zone)
@@ -97,6 +120,18 @@ class PartitionKeys:
         if isinstance(value, date):
             return self.key(value.isoformat())
         return self.key(str(value))
+
+    def key_of_row(self, row: dict) -> str | None:
+        """The plan key of a row collected into Python as a dict holding :attr:`columns` (a GX unexpected
+        index row): :meth:`key_of_value` of the column, or the parts' values rendered as :meth:`expr` does."""
+        if not self.parts:
+            return self.key_of_value(row.get(self.column))
+        values = [row.get(c) for c in self.parts]
+        if any(v is None for v in values):
+            return None
+        from backfill_lib.core.date_parts import key_format
+
+        return self.key(key_format(self.grain) % tuple(int(v) for v in values))
 
     def _data_key(self, value: date) -> str:
         """The plan key of a data column's value: the partition of the grain holding it (``time_zone``'s)."""
@@ -122,6 +157,13 @@ class PartitionKeys:
     def of(self, column: str) -> "PartitionKeys":
         """The same keying for another column holding the same values (an alias of this one)."""
         return PartitionKeys(column, self.grain, self.time_zone, self.format, self.string_column, self.data_type)
+
+    def renamed(self, names: dict[str, str]) -> "PartitionKeys":
+        """The same keying on other columns holding the same values: each of :attr:`columns` renamed by
+        ``names`` (e.g. a diff's positional aliases)."""
+        if self.parts:
+            return PartitionKeys(self.column, self.grain, self.time_zone, parts=tuple(names[c] for c in self.parts))
+        return self.of(names[self.column])
 
     def of_source(self, column: str) -> "PartitionKeys":
         """The keying of a source table's ``DATE``/``TIMESTAMP`` partition column of the same grain (a rule's

@@ -16,6 +16,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from backfill_lib.core.date_parts import PART_NAMES, parts_of_grain
+from backfill_lib.core.date_parts import label as date_parts_label
 from backfill_lib.core.errors import PartitionError, RequestError
 from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partitions import Grain, half_open, zone
@@ -64,6 +66,21 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class DatePartColumns(_Frozen):
+    """Integer partition columns that together name a partition (``PARTITIONED BY (y, m, d)``): the column of each
+    part (:mod:`backfill_lib.core.date_parts`). A ``day`` grain needs year, month and day; ``month`` year and
+    month; ``hour`` all four (the hour of the request's ``time_zone`` wall clock)."""
+
+    year: str
+    month: str
+    day: str | None = None
+    hour: str | None = None
+
+    def columns(self) -> tuple[str, ...]:
+        """The named columns, widest first."""
+        return tuple(c for c in (self.year, self.month, self.day, self.hour) if c is not None)
+
+
 class Target(_Frozen):
     """The Delta table to backfill: catalog name ``[catalog.]schema.table`` or path-based name ``delta.`<absolute
     path>``` (:func:`backfill_lib.core.table_names.check_table_name`, kept in its canonical spelling), the partition
@@ -77,6 +94,9 @@ class Target(_Frozen):
       (:mod:`backfill_lib.core.file_ranges`).
     - ``partition_format``: the Spark datetime pattern of a ``STRING`` partition column (``yyyy-MM-dd``,
       ``yyyyMMdd``, ``yyyy-MM-dd-HH``; see :mod:`backfill_lib.core.partition_format`).
+    - ``partition_columns`` instead of ``partition_column``: integer partition columns that together carry the
+      range (``{year: y, month: m, day: d}``, :class:`DatePartColumns`); ``partition_column`` is then their label
+      (``y/m/d``), no column of the table.
     - ``where``: a SQL predicate on the table's other partition columns (``region = 'EU'``) that narrows the
       backfill: staging, validation, diff and publish cover exactly the range and ``where``; the range's rows
       outside it are never touched. Checked at intake by Spark's analyzer
@@ -88,6 +108,29 @@ class Target(_Frozen):
     grain: Grain = Grain.DAY
     partition_format: str | None = None
     where: str | None = None
+    partition_columns: DatePartColumns | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _label_parts(cls, data: object) -> object:
+        # partition_columns names the range's columns; partition_column is then their label, set here
+        if isinstance(data, dict) and isinstance(data.get("partition_columns"), dict):
+            try:
+                parts = DatePartColumns.model_validate(data["partition_columns"])
+            except ValidationError:
+                return data  # the field's own validation names what is wrong
+            name = date_parts_label(parts.columns())
+            given = data.get("partition_column")
+            if given is not None and given != name:
+                raise ValueError("give partition_column (one column) or partition_columns (integer year/month/day/"
+                                 "hour columns), not both")
+            data = {**data, "partition_column": name}
+        return data
+
+    @property
+    def range_columns(self) -> tuple[str, ...]:
+        """The table's columns that carry the range: the integer parts, or ``partition_column``."""
+        return self.partition_columns.columns() if self.partition_columns else (self.partition_column,)
 
     @field_validator("table")
     @classmethod
@@ -103,6 +146,17 @@ class Target(_Frozen):
 
     @model_validator(mode="after")
     def _format_fits_grain(self) -> "Target":
+        if self.partition_columns is not None:
+            parts = self.partition_columns
+            if self.partition_format is not None:
+                raise ValueError("partition_format applies to one string partition column, not to partition_columns")
+            need = parts_of_grain(self.grain)
+            given = tuple(n for n in PART_NAMES if getattr(parts, n) is not None)
+            if given != need:
+                raise ValueError(f"partition_columns: grain {self.grain.value} needs exactly the parts "
+                                 f"{', '.join(need)} (given: {', '.join(given)})")
+            if len(set(parts.columns())) != len(parts.columns()):
+                raise ValueError(f"partition_columns: one column names two parts ({', '.join(parts.columns())})")
         if self.partition_format is not None:
             try:
                 PartitionFormat.of(self.partition_format).check_grain(self.grain.value)

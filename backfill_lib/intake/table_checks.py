@@ -15,7 +15,7 @@ def check_request_against_table(request: BackfillRequest, state: TableState, whe
 
     Checks: the range's column exists and has the type its grain needs: as one of the table's partition columns
     (at any position of its partition spec) ``date`` for day and month, ``timestamp`` for hour, or ``string``
-    with ``target.partition_format``; as a data column (an unpartitioned or clustered table, or one partitioned
+    with ``target.partition_format``; integer ``target.partition_columns``, each a partition column; as a data column (an unpartitioned or clustered table, or one partitioned
     by other columns) ``date`` for day and month or ``timestamp`` for any grain, without a format. Every key
     column exists; ``where`` (the checked ``target.where``) reads only other partition columns
     (:func:`check_where_columns`).
@@ -28,24 +28,35 @@ def check_request_against_table(request: BackfillRequest, state: TableState, whe
             f"(partition columns: {', '.join(state.partition_columns) or 'none'}): target.partition_format applies "
             "to a string partition column only; a data column carrying the range must be a date or timestamp")
     check_columns_fit(f"table {state.name}", state.columns, request, data_column=data_column)
+    if target.partition_columns is not None:
+        for column in target.range_columns:
+            if column not in state.partition_columns:
+                raise IntakeError(
+                    f"table {state.name} column {column} is not a partition column (partition columns: "
+                    f"{', '.join(state.partition_columns) or 'none'}): target.partition_columns names the integer "
+                    "partition columns that together hold the date")
     if where is not None:
-        check_where_columns(state, target.partition_column, where, "field 'target.where'")
+        check_where_columns(state, target.range_columns, where, "field 'target.where'")
 
 
 def range_in_data(request: BackfillRequest, state: TableState) -> bool:
     """Whether the request's range is on a data column of ``state`` rather than on one of its partition columns
     (an unpartitioned or liquid-clustered table, or one partitioned by other columns)."""
     column = request.target.partition_column
+    if request.target.partition_columns is not None:
+        return False
     return state.column(column) is not None and column not in state.partition_columns
 
 
-def check_where_columns(state: TableState, range_column: str, where: RowFilter, at: str) -> None:
+def check_where_columns(state: TableState, range_columns: str | tuple[str, ...], where: RowFilter, at: str) -> None:
     """Raise :class:`IntakeError` starting with ``at`` unless every column ``where`` reads is a partition column
-    of ``state`` other than ``range_column``: the publish predicate then stays partition-only, and the plan's cost
-    and the fence can select ``where``'s files from the Delta log's partition values."""
-    others = [c for c in state.partition_columns if c != range_column]
+    of ``state`` other than ``range_columns`` (the range's column, or its integer date parts): the publish
+    predicate then stays partition-only, and the plan's cost and the fence can select ``where``'s files from the
+    Delta log's partition values."""
+    ranged = (range_columns,) if isinstance(range_columns, str) else range_columns
+    others = [c for c in state.partition_columns if c not in ranged]
     for column in where.columns:
-        if column == range_column:
+        if column in ranged:
             raise IntakeError(f"{at}: '{where.text}' reads {column}, the column the range selects; where narrows by "
                               f"the other partition columns ({', '.join(others) or 'none'})")
         if column not in others:
@@ -62,6 +73,9 @@ def check_columns_fit(where: str, columns: Sequence[Column], request: BackfillRe
     month), and every key column. The one check of both sides: the target at plan time, a rebuild's source
     (whose other columns may change) at run time."""
     target = request.target
+    if target.partition_columns is not None:
+        _check_parts_fit(where, columns, request)
+        return
     col = next((c for c in columns if c.name == target.partition_column), None)
     if col is None:
         raise IntakeError(f"{where} has no column {target.partition_column} (field target.partition_column)")
@@ -82,4 +96,26 @@ def check_columns_fit(where: str, columns: Sequence[Column], request: BackfillRe
     names = {c.name for c in columns}
     for key in request.keys:
         if key not in names:
+            raise IntakeError(f"{where} has no key column {key} (field keys)")
+
+
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+
+
+def _check_parts_fit(where: str, columns: Sequence[Column], request: BackfillRequest) -> None:
+    """:func:`check_columns_fit` for integer date parts: each is an integer column, and every key column exists."""
+    parts = request.target.partition_columns
+    by_name = {c.name: c for c in columns}
+    for part in ("year", "month", "day", "hour"):
+        name = getattr(parts, part)
+        if name is None:
+            continue
+        col = by_name.get(name)
+        if col is None:
+            raise IntakeError(f"{where} has no column {name} (field target.partition_columns.{part})")
+        if col.type not in _INTEGERS:
+            raise IntakeError(f"{where} column {name} is {col.type}: target.partition_columns.{part} must be an "
+                              "integer column (tinyint, smallint, int or bigint)")
+    for key in request.keys:
+        if key not in by_name:
             raise IntakeError(f"{where} has no key column {key} (field keys)")

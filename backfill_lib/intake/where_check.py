@@ -72,7 +72,7 @@ def check_where(spark: SparkSession, request: BackfillRequest, state: TableState
             columns = _references(condition)
         rendered.append(str(condition.sql()))
     found = RowFilter(text, rendered[0], rendered[1], columns)
-    check_where_columns(state, request.target.partition_column, found, at)
+    check_where_columns(state, request.target.range_columns, found, at)
     return found
 
 

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from backfill_lib.core.errors import IntakeError, PartitionError, RequestError
 from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partitions import (
+    Grain,
     Partition,
     RowFilter,
     enumerate_partitions,
@@ -59,7 +60,13 @@ def _with_current_stats(parts: list[Partition], partitions: dict[str, PartitionS
     empty = PartitionStats()
     if grain is not Grain.HOUR or formatted:
         return [PlannedPartition(p, partitions.get(p.key, empty)) for p in parts]
-    by_start = {hour_value_start(value): stats for value, stats in partitions.items() if value is not None}
+    by_start = {}
+    for value, stats in partitions.items():
+        try:
+            if value is not None:
+                by_start[hour_value_start(value)] = stats
+        except PartitionError:  # integer hour parts that name no hour (2024-02-30T03): no planned partition's
+            pass
     return [PlannedPartition(p, by_start.get(p.start.astimezone(timezone.utc), empty)) for p in parts]
 
 
@@ -164,6 +171,8 @@ def build_plan(
         parts = enumerate_partitions(start, end, grain, tz, fmt)
         if fmt is not None:
             _check_format_values(request, state, parts)
+        if target.partition_columns is not None and grain is Grain.HOUR:
+            _check_hour_parts(request, parts)
     if not data_column:
         planned = _with_current_stats(parts, state.partitions, grain, fmt is not None)
     if request.strategy.whole_table:  # one CREATE OR REPLACE of the staging table
@@ -236,6 +245,24 @@ def _partition_of_value(value: str, grain, time_zone: str, fmt: str | None, stat
             raise
         raise IntakeError(f"table {state.name} holds partition value '{value}', which does not match "
                           f"target.partition_format {fmt}: {exc}") from None
+
+
+def _check_hour_parts(request: BackfillRequest, parts: list[Partition]) -> None:
+    """Refuse a range whose hours repeat a wall clock of the request's zone (a daylight-saving fall-back): integer
+    hour columns hold the local hour, so the repeated hour's two partitions would be one set of values."""
+    from backfill_lib.core.date_parts import values_of
+
+    tz, seen = request.time_zone, {}
+    for p in parts:
+        values = values_of(p, Grain.HOUR, tz)
+        if values in seen:
+            shown = " and ".join(q.start.astimezone(timezone.utc).isoformat(timespec="minutes") for q in (seen[values], p))
+            raise IntakeError(
+                f"field 'target.partition_columns': the hours {shown} (UTC) are both hour {values[3]} of "
+                f"{values[0]:04d}-{values[1]:02d}-{values[2]:02d} in {tz} (a daylight-saving fall-back): their rows "
+                f"cannot be told apart in {request.target.partition_column}; use time_zone UTC if the columns hold UTC "
+                "hours, or a range that does not cross the fall-back")
+        seen[values] = p
 
 
 def _check_format_values(request: BackfillRequest, state: TableState, parts: list[Partition]) -> None:

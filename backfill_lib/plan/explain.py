@@ -65,6 +65,8 @@ def layout_line(plan: BackfillPlan) -> str:
         carried = f"{kind} in partition_format {plan.partition_format}, grain {plan.request.target.grain.value}"
     if plan.range_in_data:
         return _data_column_layout(plan, carried)
+    if plan.date_parts:
+        return _date_parts_layout(plan)
     line = f"partitioned by ({', '.join(spec)}); the range is on {column} ({carried})"
     others = [c for c in spec if c != column]
     if others:
@@ -96,6 +98,21 @@ def _data_column_layout(plan: BackfillPlan, carried: str) -> str:
     if plan.files_without_stats:
         line += (f"; {plan.files_without_stats:,} of the files have no statistics for the column, so they count in "
                  "every partition and their rows are unknown")
+    return line
+
+
+def _date_parts_layout(plan: BackfillPlan) -> str:
+    """The layout line of integer date-part partition columns: which column holds which part, and how the
+    range maps to them."""
+    parts = plan.request.target.partition_columns
+    named = ", ".join(f"{n}={getattr(parts, n)}" for n in ("year", "month", "day", "hour") if getattr(parts, n))
+    others = [c for c in plan.partition_spec if c not in plan.date_parts]
+    line = (f"partitioned by ({', '.join(plan.partition_spec)}); the range is on the integer date parts {named} "
+            f"together, grain {plan.request.target.grain.value}: each partition is one value of each part")
+    if plan.request.target.grain.value == "hour":
+        line += f" (hour: the wall clock of {plan.request.time_zone})"
+    if others:
+        line += f"; each partition's cost sums its files over {', '.join(others)}"
     return line
 
 

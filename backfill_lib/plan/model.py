@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass
 from datetime import date, datetime
 
+from backfill_lib.core.errors import PartitionError
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import (
     Partition,
@@ -121,7 +122,8 @@ class BackfillPlan:
         from backfill_lib.core.partitions import Grain
 
         timestamp_hours = (self.request.target.grain is Grain.HOUR and self.partition_format is None
-                           and not self.range_in_data)  # a data column's values are no partition directory
+                           and not self.range_in_data  # a data column's values are no partition directory
+                           and not self.date_parts)  # integer hours hold no instant
         return "UTC" if timestamp_hours else self.session_time_zone
     #: the version of every Delta source the run reads (source SQL tables, rules' tables); ``None`` until the
     #: run pins them (:func:`backfill_lib.plan.source_pins.pin_sources`), and for runs stored before pinning existed
@@ -145,6 +147,8 @@ class BackfillPlan:
     @property
     def range_type(self) -> str:
         """The Spark type of the range's column (``date``, ``timestamp`` or ``string``) as the plan read it."""
+        if self.date_parts:
+            return "int"
         found = next((c.type for c in self.target_columns if c.name == self.partition_column), None)
         return found or ("string" if self.partition_format else self.request.target.grain.spark_type)
     #: the target's generated columns as the plan read them (:class:`~backfill_lib.core.table_state.GeneratedColumn`):
@@ -174,6 +178,18 @@ class BackfillPlan:
         return self.request.target.partition_column
 
     @property
+    def date_parts(self) -> tuple[str, ...]:
+        """The integer year/month/day(/hour) partition columns carrying the range (``target.partition_columns``,
+        widest first); ``()`` when one column carries it (:attr:`partition_column`)."""
+        parts = self.request.target.partition_columns
+        return parts.columns() if parts is not None else ()
+
+    @property
+    def range_columns(self) -> tuple[str, ...]:
+        """The target's columns that carry the range: :attr:`date_parts`, or :attr:`partition_column`."""
+        return self.date_parts or (self.partition_column,)
+
+    @property
     def partition_format(self) -> str | None:
         """The pattern of a ``STRING`` partition column (``target.partition_format``), else ``None``."""
         return self.request.target.partition_format
@@ -184,7 +200,7 @@ class BackfillPlan:
         stored without them)."""
         if self.range_in_data:
             return self.target_partition_columns
-        return self.target_partition_columns or (self.partition_column,)
+        return self.target_partition_columns or self.range_columns
 
     @property
     def partitions(self) -> tuple[PlannedPartition, ...]:
@@ -194,7 +210,8 @@ class BackfillPlan:
     def partition_keys(self) -> PartitionKeys:
         """How runtime code keys the partition column's values as this plan keys its partitions."""
         return PartitionKeys(self.partition_column, self.request.target.grain, self.request.time_zone,
-                             self.partition_format, data_type=self.range_type if self.range_in_data else None)
+                             self.partition_format, data_type=self.range_type if self.range_in_data else None,
+                             parts=self.date_parts)
 
     def partition_predicate(self, partitions: list[Partition] | None = None, qualifier: str = "",
                             shown: int | None = None) -> str:
@@ -202,6 +219,13 @@ class BackfillPlan:
         ranges of ``DATE``/``TIMESTAMP`` literals, or the keys of a formatted string column (``shown``: a
         shortened ``IN`` list, for people)."""
         chosen = partitions if partitions is not None else [p.partition for p in self.partitions]
+        if self.date_parts:
+            from backfill_lib.core.date_parts import parts_predicate
+
+            if not chosen:
+                raise PartitionError("no partitions to build a predicate for")
+            return parts_predicate(self.date_parts, chosen, self.request.target.grain, self.request.time_zone,
+                                   qualifier)
         if self.range_in_data and self.range_type == "timestamp":  # days of a timestamp: local midnights, in UTC
             from backfill_lib.core.file_ranges import instant_bounds
 
@@ -276,7 +300,14 @@ def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str,
 
     if grain is not Grain.HOUR or fmt is not None:
         return partitions
-    return {partition_of_key(k, grain, time_zone).key: v for k, v in partitions.items() if k is not None}
+    out = {}
+    for k, v in partitions.items():
+        try:
+            if k is not None:
+                out[partition_of_key(k, grain, time_zone).key] = v
+        except PartitionError:  # integer hour parts that name no hour: no plan key is theirs
+            pass
+    return out
 
 
 def plan_from_summary(summary: dict) -> BackfillPlan:

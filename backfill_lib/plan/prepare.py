@@ -17,6 +17,7 @@ from backfill_lib.adapters.generated import with_generated
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.errors import IntakeError
+from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_names import is_path_table
@@ -109,6 +110,8 @@ def _target_state(spark: SparkSession, request: BackfillRequest, request_path: s
     """The target's state with per-partition stats of the range's column, and its checked ``target.where``
     (whose files alone the stats then count; checked first against the table's schema and partition spec)."""
     table, column = request.target.table, request.target.partition_column
+    if request.target.partition_columns is not None:  # integer date parts: stats keyed by the dates they form
+        column = PartitionKeys(column, request.target.grain, request.time_zone, parts=request.target.range_columns)
     where = None
     if request.target.where is not None:
         where = check_where(spark, request, read_table_state(spark, table, with_partitions=False), request_path)

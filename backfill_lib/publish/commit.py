@@ -140,7 +140,7 @@ def _range_stats(spark: SparkSession, plan: BackfillPlan, snapshot) -> dict[str,
                                   (plan.range_start, plan.range_end), where=where)
         return overlap_stats([p.partition for p in plan.partitions], files, request.target.grain,
                              request.time_zone, plan.range_type == "timestamp")
-    return stats_by_key(partition_stats(spark, plan.target_table, plan.partition_column, snapshot, where=where),
+    return stats_by_key(partition_stats(spark, plan.target_table, plan.partition_keys, snapshot, where=where),
                         request.target.grain, request.time_zone, plan.partition_format)
 
 

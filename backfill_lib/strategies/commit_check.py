@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from backfill_lib.adapters.checksums import row_checksum
 from backfill_lib.adapters.delta_log import commit_actions, file_set_fingerprint, latest_snapshot, partition_value_key
 from backfill_lib.core.checks import Check
+from backfill_lib.core.partitions import Grain
 from backfill_lib.core.table_state import PartitionStats
 from backfill_lib.plan.model import BackfillPlan, stats_by_key
 
@@ -87,7 +88,8 @@ def verify_commit(spark: SparkSession, plan: BackfillPlan, version: int, staged:
 
     Returns ``None`` when they cannot all pass (see the module docstring); the caller then reads the version back.
     """
-    if plan.range_in_data:  # the log keys no file by the range's column: the caller reads the version back
+    if plan.range_in_data or (plan.date_parts and plan.request.target.grain is Grain.HOUR):
+        # the log keys no file by the range's column (or by local hours): the caller reads the version back
         return None
     keys = [p.key for p in plan.partitions]
     staged_rows = sum(staged.get(k, (0, None))[0] for k in keys)
@@ -99,7 +101,7 @@ def verify_commit(spark: SparkSession, plan: BackfillPlan, version: int, staged:
     actions = commit_actions(spark, snapshot, version)
     if actions is None:
         return None
-    column = partition_value_key(snapshot, plan.partition_column)
+    value_of = _partition_key_of(snapshot, plan)
     rows: dict[str, int] = {}
     removed: dict[str, list[str]] = {}
     for action in actions:
@@ -108,11 +110,11 @@ def verify_commit(spark: SparkSession, plan: BackfillPlan, version: int, staged:
             count = json.loads(add.get("stats") or "{}").get("numRecords")
             if count is None or add.get("deletionVector"):
                 return None
-            value = add["partitionValues"].get(column)
+            value = value_of(add["partitionValues"])
             rows[value] = rows.get(value, 0) + int(count)
         elif "remove" in action:
             remove = action["remove"]
-            removed.setdefault(remove["partitionValues"].get(column), []).append(remove["path"])
+            removed.setdefault(value_of(remove["partitionValues"]), []).append(remove["path"])
     request = plan.request
     rows_by_key = stats_by_key({v: PartitionStats(rows=n) for v, n in rows.items()}, request.target.grain,
                                request.time_zone, plan.partition_format)
@@ -134,3 +136,21 @@ def verify_commit(spark: SparkSession, plan: BackfillPlan, version: int, staged:
                             f"{added} rows added, {p.current.files} files removed (Delta log, version {version})",
                             f"{expected} rows staged, the {p.current.files} files the plan read"))
     return checks
+
+
+def _partition_key_of(snapshot, plan: BackfillPlan):
+    """A function from an action's ``partitionValues`` to its partition value as the plan's stats key it: the
+    range column's value, or the key integer date parts form (``2024-03-09``; a value that is no integer: ``None``,
+    which no planned partition has)."""
+    if not plan.date_parts:
+        column = partition_value_key(snapshot, plan.partition_column)
+        return lambda values: values.get(column)
+    physical = [partition_value_key(snapshot, c) for c in plan.date_parts]
+    keys = plan.partition_keys
+
+    def key(values: dict) -> str | None:
+        try:
+            return keys.key_of_row({c: int(values[p]) for c, p in zip(plan.date_parts, physical)})
+        except (KeyError, TypeError, ValueError):  # a NULL part: no key
+            return None
+    return key

@@ -24,9 +24,9 @@ def staged_total(plan: BackfillPlan, staged: dict[str, int | None] | None) -> in
 
 
 def merge_keys(plan: BackfillPlan) -> tuple[str, ...]:
-    """The columns the MERGE matches rows on: the request's keys and the partition column (so a key that moves
+    """The columns the MERGE matches rows on: the request's keys and the range's column(s) (so a key that moves
     to another partition is a delete and an insert, as the diff counts it)."""
-    return tuple(dict.fromkeys([*plan.request.keys, plan.partition_column]))
+    return tuple(dict.fromkeys([*plan.request.keys, *plan.range_columns]))
 
 
 def partitioned_by(plan: BackfillPlan) -> str:

@@ -58,7 +58,7 @@ class Rebuild(RebuildKind, StrategyImpl):
             keys = plan.partition_keys
             counted = spark.table(plan.staging_table).groupBy(keys.expr().alias("p")).count().collect()
             return {k: n for k, n in keys.rekey({r["p"]: int(r["count"]) for r in counted}).items() if k}
-        return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_column).items() if k}
+        return {k: (s.rows or 0) for k, s in partition_stats(spark, plan.staging_table, plan.partition_keys).items() if k}
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """``CREATE OR REPLACE TABLE target ... AS SELECT * FROM staging`` keeping the table's properties."""

@@ -38,7 +38,7 @@ class Recompute(RecomputeKind, StrategyImpl):
         if plan.range_in_data:
             # Each task writes a contiguous span of the range's values, so each new file overlaps few partitions
             # and the next backfill's cost and fence (from per-file min/max statistics) stay narrow.
-            rows = rows.repartitionByRange(tasks, *spec, F.col(quote_ident(plan.partition_column)))
+            rows = rows.repartitionByRange(tasks, *spec, *(F.col(quote_ident(c)) for c in plan.range_columns))
         else:
             rows = rows.repartition(tasks, *spec)
         rows, observation = observed(rows)

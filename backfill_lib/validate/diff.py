@@ -103,8 +103,7 @@ def diff_by_key(
         A key, partition or value column is missing on one side (the message names the column and side).
     """
     keying = keys_of(partition_column)
-    partition_column = keying.column
-    keys = list(dict.fromkeys([*keys, partition_column]))
+    keys = list(dict.fromkeys([*keys, *keying.columns]))
     if value_columns is None:
         value_columns = [c for c in current.columns if c not in keys]
     for side, df in (("staged", staged), ("current", current)):
@@ -119,7 +118,6 @@ def diff_by_key(
     on = reduce(lambda a, b: a & b, [F.col(f"s{i}").eqNullSafe(F.col(f"t{i}")) for i in range(len(keys))])
     joined = s.join(t, on, "full_outer")
 
-    p = keys.index(partition_column)
     both = F.col("s_in").isNotNull() & F.col("t_in").isNotNull()
     changed = {
         c: both & ~F.col(f"s{i}").eqNullSafe(F.col(f"t{i}")) for i, c in enumerate(value_columns, start=len(keys))
@@ -140,8 +138,8 @@ def diff_by_key(
         if change is not None:
             numeric[c] = f"a{i}"
             aggs.append(F.sum(F.when(changed[c], change)).alias(f"a{i}"))
-    part = keying.of(f"s{p}").expr()
-    part = F.coalesce(part, keying.of(f"t{p}").expr()).alias("partition")
+    part = keying.renamed({c: f"s{keys.index(c)}" for c in keying.columns}).expr()
+    part = F.coalesce(part, keying.renamed({c: f"t{keys.index(c)}" for c in keying.columns}).expr()).alias("partition")
     out = {}
     for r in joined.groupBy(part).agg(*aggs).collect():
         key = keying.key(r["partition"])

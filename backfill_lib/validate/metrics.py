@@ -76,8 +76,9 @@ def profile_frame(df: DataFrame, partition_column: str | PartitionKeys, spec: Me
         See :func:`check_columns`; also when ``partition_column`` is missing.
     """
     keys = keys_of(partition_column)
-    if keys.column not in df.columns:
-        raise IntakeError(f"{where}: partition column '{keys.column}' does not exist")
+    for column in keys.columns:
+        if column not in df.columns:
+            raise IntakeError(f"{where}: partition column '{column}' does not exist")
     check_columns(df.schema, spec, where)
     # count(1) keeps the aggregation non-empty when the spec asks for nothing but grouping.
     aggs = _aggregates(df, spec) or [F.count(F.lit(1)).alias("_rows")]

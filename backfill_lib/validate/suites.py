@@ -109,7 +109,6 @@ class SuiteRunner:
             logging.getLogger(name).setLevel(logging.WARNING)
         self.loaded = loaded
         self.partition_keys = keys_of(partition_column)
-        partition_column = self.partition_keys.column
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         context = gx.get_context(mode="ephemeral")
@@ -118,7 +117,7 @@ class SuiteRunner:
         asset = context.data_sources.add_spark("backfill").add_dataframe_asset("staged")
         self.batch_definition = asset.add_batch_definition_whole_dataframe("batch")
         self.results_dir = results_dir
-        self.result_format = {"result_format": "COMPLETE", "unexpected_index_column_names": [partition_column]}
+        self.result_format = {"result_format": "COMPLETE", "unexpected_index_column_names": list(self.partition_keys.columns)}
         self.checkpoint = self.quick_checkpoint = None
         if results_dir is not None:
             from great_expectations.checkpoint import UpdateDataDocsAction
@@ -182,8 +181,7 @@ class SuiteRunner:
                 checks.append(Check("expectation", name, True, batch=batch))
                 continue
             index = (r.result or {}).get("unexpected_index_list") or []
-            column = self.partition_keys.column
-            per_partition = Counter(self.partition_keys.key_of_value(row.get(column)) or "NULL"
+            per_partition = Counter(self.partition_keys.key_of_row(row) or "NULL"
                                     for row in index if isinstance(row, dict))
             if raised or not per_partition:
                 observed = (r.result or {}).get("observed_value", (r.result or {}).get("unexpected_count"))
