@@ -43,20 +43,25 @@ def plan_backfill(request_path: str | Path, *, settings: Settings | None = None,
 
 def run_backfill(request_path: str | Path, *, settings: Settings | None = None, spark=None,
                  run_id: str | None = None, until: str | None = None, approved_by: str | None = None,
-                 console: Console | None = None):
+                 console: Console | None = None, after: str | None = None, concurrent: bool = False):
     """Run ``request_path`` through every stage (or, with ``until="validate"``, stop after validation) and
     return the :class:`~backfill_lib.publish.results.RunResult` (status, versions, checks, marts' runs).
 
     A ``run_id`` the ledger already has for the same request resumes that run. Progress goes to ``console``
     (default: none shown). Raises what :meth:`backfill_lib.runner.Runner.run` raises: ``GateFailedError``
-    (nothing published), ``PublishError``/``FenceError``, ``RolledBackError`` (restored), ``CancelledError``.
+    (nothing published), ``PublishError``/``FenceError``, ``RolledBackError`` (restored), ``CancelledError``,
+    ``LeaseError`` (another run holds an overlapping range; ``after``: wait for that run ID first; ``concurrent``:
+    run beside it).
     """
     from backfill_lib.plan.prepare import prepare
     from backfill_lib.runner import Runner
 
     settings = settings or load_settings()
     session = _session(settings, spark)
-    plan, state = prepare(session, settings, request_path, run_id=run_id)
     runner = Runner(session, settings, console or Console(file=io.StringIO()))
     runner.approved_by = approved_by
+    runner.concurrent = concurrent
+    if after is not None:
+        runner.wait_for(after)
+    plan, state = prepare(session, settings, request_path, run_id=run_id)
     return runner.run(plan, state, until=until)

@@ -114,8 +114,15 @@ def run(
     run_id: Annotated[Optional[str], typer.Option("--run-id", help="Use this run ID (letters, digits, _). If the "
                                                   "ledger has it for the same request, the run is resumed.")] = None,
     approve: Annotated[Optional[str], typer.Option(help=APPROVE_HELP)] = None,
+    after: Annotated[Optional[str], typer.Option("--after", help="Wait until this run is final (or its lease "
+                                                 "expired) before taking the range.")] = None,
+    concurrent: Annotated[bool, typer.Option("--concurrent", help="Run even when another run that is not final "
+                                             "holds an overlapping range (the fence still guards the publish).")] = False,
 ) -> None:
-    """Run a backfill: intake, plan, stage by partition, validate, publish in one commit."""
+    """Run a backfill: intake, plan, stage by partition, validate, publish in one commit.
+
+    Refused (exit 2, before anything is staged) while another run of the table that is not final holds an
+    overlapping range, unless --after or --concurrent."""
     _check_until(until)
     from backfill_lib.intake.request import load_request
     from backfill_lib.plan.builder import check_run_id
@@ -126,9 +133,12 @@ def run(
     if run_id is not None:
         check_run_id(run_id)
     spark = _spark(settings)
-    the_plan, state = prepare(spark, settings, request, run_id=run_id)
     runner = Runner(spark, settings, console)
     runner.approved_by = approve
+    runner.concurrent = concurrent
+    if after is not None:
+        runner.wait_for(after)
+    the_plan, state = prepare(spark, settings, request, run_id=run_id)
     try:
         with cancel_on_signals(runner, the_plan.run_id):
             result = runner.run(the_plan, state, until=until, on_durable=_announce_run_id)
@@ -232,6 +242,59 @@ def rollback(
 
 
 @app.command()
+def abandon(
+    run_id: Annotated[str, typer.Argument(help="A run that is not final (planned, staging, validated, cancelled, "
+                                          "failed).")],
+    reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")],
+) -> None:
+    """Give up a run that will not be resumed: record it abandoned, releasing its range for other runs."""
+    from backfill_lib.runner import Runner
+
+    if not reason.strip():
+        raise typer.BadParameter("--reason must not be blank")
+    settings = _settings()
+    console.print(Runner(_spark(settings), settings, console).abandon(run_id, reason.strip()), highlight=False,
+                  soft_wrap=True)
+
+
+@app.command()
+def cleanup(
+    older_than: Annotated[Optional[str], typer.Option("--older-than", help="Age of the runs' last event, e.g. 30d, "
+                                                      "12h (default: settings cleanup_older_than).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be dropped; drop nothing.")] = False,
+    force: Annotated[bool, typer.Option(help="Also drop staging of published runs inside their rollback "
+                                        "window.")] = False,
+) -> None:
+    """Drop staging tables of final runs (published, unchanged, rolled back, abandoned) older than the age;
+    never those of a run that is not final. Each drop is recorded in the run's ledger events."""
+    from backfill_lib.core.retention import parse_age
+    from backfill_lib.plan.prepare import utc_now
+    from backfill_lib.run.cleanup import drop_staging, staging_verdicts
+    from backfill_lib.run.ledger import Ledger
+
+    settings = _settings()
+    age = parse_age(older_than if older_than is not None else settings.cleanup_older_than)
+    spark = _spark(settings)
+    ledger = Ledger(spark, settings.ledger_schema)
+    verdicts = staging_verdicts(spark, ledger, utc_now(), age, force)
+    chosen = [v for v in verdicts if v.drop]
+    if not dry_run:
+        chosen = drop_staging(spark, ledger, chosen)
+    table = Table(title=("Would drop" if dry_run else "Dropped") + f" ({len(chosen)} staging tables)",
+                  title_justify="left")
+    for col in ("run ID", "status", "staging table", "last event (UTC)"):
+        table.add_column(col)
+    for v in chosen:
+        table.add_row(v.run_id, v.status, escape(v.staging_table), f"{v.last_event_at:%Y-%m-%d %H:%M}")
+    console.print(table)
+    kept = [v for v in verdicts if not v.drop]
+    if kept:
+        console.print(f"kept {len(kept)} staging tables: " + "; ".join(f"{v.staging_table} ({v.kept_because})"
+                                                                        for v in kept[:10])
+                      + (f"; and {len(kept) - 10} more" if len(kept) > 10 else ""), highlight=False, soft_wrap=True)
+
+
+@app.command()
 def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.daily_route_delays or sales.`order-lines`.")]) -> None:
     """List the table's versions written by backfills (DESCRIBE HISTORY userMetadata joined with the ledger)."""
     from pyspark.errors import AnalysisException
@@ -280,6 +343,7 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     """Show runs from the ledger, or one run and its partitions."""
     from pyspark.sql import functions as F
 
+    from backfill_lib.run.cleanup import staging_exists
     from backfill_lib.run.ledger import Ledger
 
     settings = _settings()
@@ -287,11 +351,13 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     ledger.ensure()
     if run_id is None:
         table = Table(title="Runs (latest first)", title_justify="left")
-        for col in ("run ID", "status", "request", "target", "owner", "published version", "updated (UTC)"):
+        for col in ("run ID", "status", "request", "target", "owner", "published version", "staging", "updated (UTC)"):
             table.add_column(col)
         for r in ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect():
             table.add_row(r["run_id"], r["status"], r["request_name"], escape(r["target_table"] or ""), r["owner"],
-                          "" if r["published_version"] is None else str(r["published_version"]), str(r["event_at"]))
+                          "" if r["published_version"] is None else str(r["published_version"]),
+                          "kept" if staging_exists(ledger.spark, r["staging_table"]) else "none",
+                          str(r["event_at"]))
         console.print(table)
         return
     run_ = ledger.run(run_id)
@@ -302,7 +368,8 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     )
     console.print(
         f"target version seen {run_['target_version_seen']}, pre-publish {run_['pre_publish_version']}, "
-        f"published {run_['published_version']}; staging {run_['staging_table']}",
+        f"published {run_['published_version']}; staging {run_['staging_table']} "
+        f"({'kept' if staging_exists(ledger.spark, run_['staging_table']) else 'not there: never written, or dropped'})",
         highlight=False,
     )
     if run_.get("rollback_until"):

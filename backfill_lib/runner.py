@@ -24,6 +24,7 @@ from backfill_lib.core.errors import (
     RequestError,
     RolledBackError,
     failure_message,
+    resumable_failure,
 )
 from backfill_lib.core.faults import crash_point
 from backfill_lib.core.progress import Reporter
@@ -74,6 +75,8 @@ class Runner:
         self.cancelled = threading.Event()
         #: who approved publishing to protected tables (``--approve``); recorded in the ledger and commits
         self.approved_by: str | None = None
+        #: ``--concurrent``: start even when another run holds an overlapping range (the fence still guards)
+        self.concurrent = False
         self._mart_plans: dict[tuple[str, int], BackfillPlan] = {}
         self.validator = Validate(spark, settings, self.ledger)
         self.rollbacks = Rollback(spark, self.ledger, self.write_report)
@@ -100,6 +103,10 @@ class Runner:
         ------
         RequestError
             When the run ID exists in the ledger for a different request.
+        LeaseError
+            When another run that is not final holds an overlapping range of the target (see
+            :mod:`backfill_lib.core.leases`; not with :attr:`concurrent`), before anything is staged; or when such
+            a run recorded its plan first, at the same moment (this run is then recorded ``abandoned``).
         GateFailedError
             When an expectation or reconciliation fails; the target is untouched.
         PublishError, FenceError
@@ -122,11 +129,107 @@ class Runner:
             return self.resume(plan.run_id, until=until)
         if plan.source_versions is None:  # a plan not from prepare (a mart's child run): its sources as of now
             plan = replace(plan, source_versions=pin_sources(self.spark, plan.request))
+        leased = not self.concurrent and plan.parent_run_id is None  # a mart's child runs under its parent's lease
+        if leased:
+            self._take_turn(plan)
         with self.ledger.durable():
             record = self.ledger.record_run(run_record(plan), "planned")
             if on_durable:
                 self.ledger.when_committed(self.ledger.recorded(), lambda: on_durable(plan.run_id))
+            if leased:
+                self._confirm_lease(plan, record)
             return self._execute(plan, record, until)
+
+    def _lease(self, plan: BackfillPlan, planned_seq: int):
+        from backfill_lib.core.leases import make_lease
+
+        r = plan.request
+        return make_lease(plan.run_id, plan.target_table, r.owner, "planned",
+                          whole=r.strategy.whole_table or r.range is None, start=plan.range_start,
+                          end=plan.range_end, time_zone=r.time_zone, planned_seq=planned_seq,
+                          last_event_at=utc_now())
+
+    def wait_for(self, run_id: str) -> str:
+        """Wait until ``run_id`` is final or its lease expired (``--after``; checked every
+        ``settings.lease_poll_seconds``), before the caller plans: a plan made earlier would meet the fence once
+        that run publishes. Returns the run's status then.
+
+        Raises
+        ------
+        RunNotFoundError
+            When the ledger has no such run.
+        """
+        import time
+
+        from backfill_lib.core.leases import RELEASED
+
+        self.ledger.ensure()
+        said = None
+        while True:
+            other = self.ledger.run(run_id)
+            held = [lease for lease in self.ledger.leases(other["target_table"] or "") if lease.run_id == run_id]
+            if (other["status"] in RELEASED or not held or not held[0].held
+                    or held[0].expired(utc_now(), self.settings.lease_hours)):
+                return other["status"]
+            if other["status"] != said:
+                Reporter(self.console, run_id).stage(f"waiting for run {run_id} ({other['status']}) to be final")
+                said = other["status"]
+            time.sleep(self.settings.lease_poll_seconds)
+
+    def _take_turn(self, plan: BackfillPlan) -> None:
+        """Refuse ``plan`` if another run holds an overlapping range of its target."""
+        import time
+
+        from backfill_lib.core.errors import LeaseError
+        from backfill_lib.core.leases import holding, refusal
+
+        hours = self.settings.lease_hours
+        mine = self._lease(plan, time.time_ns())
+        held = holding(self.ledger.leases(plan.target_table), mine, utc_now(), hours)
+        if held:
+            raise LeaseError(f"{plan.request_path}: {refusal(mine, held, hours)}")
+
+    def _confirm_lease(self, plan: BackfillPlan, record: dict) -> None:
+        """After the ``planned`` event is committed: when an overlapping run recorded its plan earlier (both
+        passed :meth:`_take_turn` at once), this one withdraws (recorded ``abandoned``) and raises ``LeaseError``."""
+        from backfill_lib.core.errors import LeaseError
+        from backfill_lib.core.leases import holding, refusal
+
+        self.ledger.flush()
+        leases = self.ledger.leases(plan.target_table)
+        own = next((lease for lease in leases if lease.run_id == plan.run_id), None)
+        if own is None:
+            return
+        earlier = [lease for lease in holding(leases, own, utc_now(), self.settings.lease_hours)
+                   if (lease.planned_seq, lease.run_id) < (own.planned_seq, own.run_id)]
+        if earlier:
+            message = refusal(own, earlier, self.settings.lease_hours)
+            self.ledger.record_run(record, "abandoned", message=f"withdrawn at start: {message}")
+            raise LeaseError(f"{plan.request_path}: {message}")
+
+    def abandon(self, run_id: str, reason: str) -> str:
+        """Record ``run_id`` ``abandoned`` with ``reason``, releasing its lease; return what was done. Staging is
+        kept (``backfill cleanup`` drops it).
+
+        Raises
+        ------
+        PublishError
+            When the run is final already, or is ``publishing`` or ``rolling_back`` (it may have committed:
+            ``backfill resume`` finishes it, checking the target's history).
+        """
+        from backfill_lib.core.leases import RELEASED
+
+        self.ledger.ensure()
+        record = self.ledger.run(run_id)
+        status = record["status"]
+        if status in RELEASED:
+            raise PublishError(f"run {run_id} is {status} already; nothing to abandon")
+        if status in ("publishing", "rolling_back"):
+            raise PublishError(f"run {run_id} is {status}: it may have written the target; `backfill resume "
+                               f"{run_id}` finishes it (it looks for its own commit first)")
+        with self.ledger.durable():
+            self.ledger.record_run(record, "abandoned", message=f"abandoned: {reason}")
+        return f"run {run_id} ({status}) abandoned: {reason}; its range of {record['target_table']} is free"
 
     def resume(self, run_id: str, until: str | None = None) -> RunResult:
         """Continue ``run_id`` from the ledger with the plan it stored.
@@ -155,6 +258,8 @@ class Runner:
                              record["pre_publish_version"], record["published_version"])
         if status == "rolled_back":
             raise PublishError(f"run {run_id} was rolled back ({record['message']}); start a new run")
+        if status == "abandoned":
+            raise PublishError(f"run {run_id} was abandoned ({record['message']}); start a new run")
         if status == "rolling_back":  # a rollback or automatic restore was killed: finish it, as it would have
             self.rollbacks.continue_recorded(plan, record, reporter)
         reporter.stage(f"resuming from status {status}")
@@ -182,7 +287,7 @@ class Runner:
                 raise
             except Exception as exc:  # a Spark or Python error too: the run never stays in a non-final status
                 self.ledger.record_run(self.ledger.last_recorded(plan.run_id) or record, "failed",
-                                       message=failure_message(exc))
+                                       message=failure_message(exc), resumable=resumable_failure(exc))
                 raise
 
     def _stages(self, plan: BackfillPlan, record: dict, until: str | None, reporter: Reporter) -> RunResult:

@@ -131,7 +131,20 @@ class CancelledError(BackfillError):
     exit_code = 130
 
 
+class LeaseError(IntakeError):
+    """Another run that is not final holds an overlapping range of the target (:mod:`backfill_lib.core.leases`);
+    the message names it, its owner and status, and the ways on. Nothing was staged. Exit code 2."""
+
+
 class RunNotFoundError(BackfillError):
     """No run with the given run ID exists in the ledger. Exit code 2."""
 
     exit_code = 2
+
+
+def resumable_failure(exc: BaseException) -> bool:
+    """Whether a run failed by ``exc`` may pass when resumed unchanged, so it keeps its range's lease
+    (:mod:`backfill_lib.core.leases`): an unexpected error (Spark's included), a commit conflict that did not clear
+    or a source that failed while running (exit 1). A refusal that would repeat (exit 2 to 4: a gate, stray rows,
+    the fence, a bad request) releases it."""
+    return not isinstance(exc, BackfillError) or exc.exit_code == 1

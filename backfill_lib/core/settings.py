@@ -70,6 +70,13 @@ class Settings(BaseModel):
     protected_tables:
         Tables a run may publish to (as target or mart) only with ``--approve NAME``; the approver is recorded
         in the ledger and in the commit's ``userMetadata``.
+    lease_hours, lease_poll_seconds:
+        A run holds its table's range until it is final (:mod:`backfill_lib.core.leases`); its lease expires when
+        the run recorded nothing for ``lease_hours`` (a crash nobody resumed). ``backfill run --after RUN_ID``
+        checks every ``lease_poll_seconds`` whether that run is final.
+    cleanup_older_than:
+        ``backfill cleanup``'s default age (``30d``, ``12h``): staging tables of final runs whose last event is older
+        go (:mod:`backfill_lib.core.retention`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -85,6 +92,20 @@ class Settings(BaseModel):
     retry_base_seconds: float = Field(default=0.5, ge=0)
     retry_max_seconds: float = Field(default=8.0, ge=0)
     protected_tables: tuple[str, ...] = ()
+    lease_hours: float = Field(default=24.0, gt=0)
+    lease_poll_seconds: float = Field(default=10.0, gt=0)
+    cleanup_older_than: str = "30d"
+
+    @field_validator("cleanup_older_than")
+    @classmethod
+    def _an_age(cls, value: str) -> str:
+        from backfill_lib.core.retention import parse_age
+
+        try:
+            parse_age(value, "cleanup_older_than")
+        except Exception as exc:
+            raise ValueError(str(exc)) from None
+        return value
     spark: SparkSettings = Field(default_factory=SparkSettings)
 
     @property

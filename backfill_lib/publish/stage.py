@@ -109,7 +109,7 @@ class Publish:
                 reporter.stage(f"found this run's commit: {plan.target_table} version {version}")
             pre = version - 1  # the table as it was just before this run's commit, whoever committed before it
         except Exception as exc:
-            self.ledger.record_run(record, "failed", message=failure_message(exc))
+            self.ledger.record_run(record, "failed", message=failure_message(exc), resumable=resumable_failure(exc))
             raise
         fingerprints = validated.fingerprints if validated else None
         # Two independent reads at once: the commit's retention horizon (history, properties) and the check.

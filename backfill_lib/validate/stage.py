@@ -208,7 +208,7 @@ class Validate:
              for k, cs in by_partition.items() if k in keys],
         )
         message = f"{len(failures)} failed checks on {len(by_partition)} partitions; first: {failures[0].describe()}"
-        self.ledger.record_run(record, "failed", message=message)
+        self.ledger.record_run(record, "failed", message=message, resumable=False)
         raise GateFailedError(
             f"validation gate failed for {plan.target_table}, nothing published: {message}", failures=tuple(failures)
         )

@@ -8,7 +8,9 @@ Tables, in ``settings.ledger_schema``:
   approved_by (who approved publishing to a protected table), rollback_until (UTC: until when RESTORE of the
   pre-publish version stays possible under the table's retention settings), rollback_plan (JSON, from the
   ``rolling_back`` event on: the RESTOREs a rollback or automatic restore makes, in order, each table with the
-  version it restores and the run that published it, recorded before the first of them). A downstream mart is a
+  version it restores and the run that published it, recorded before the first of them), resumable (on a
+  ``failed`` event: whether the error may pass on a retry, so the run keeps its lease for ``backfill resume``;
+  :func:`backfill_lib.core.errors.resumable_failure`). A downstream mart is a
   child run ``RUN_ID__mN`` with its own events.
 - ``partitions``: run_id, seq, event_at, partition (Delta partition value), batch, status, rows, attempt,
   started_at, ended_at (UTC), message.
@@ -53,6 +55,7 @@ RUNS_SCHEMA = StructType(
         StructField("approved_by", StringType()),
         StructField("rollback_until", TimestampType()),
         StructField("rollback_plan", StringType()),
+        StructField("resumable", BooleanType()),
     ]
 )
 

@@ -99,6 +99,21 @@ class Ledger(EventWriter):
         self.flush()
         return self._fold_runs(self.spark.table(self.table("runs")))
 
+    def leases(self, table: str) -> list:
+        """The :class:`~backfill_lib.core.leases.Lease` of every run of ``table`` (any spelling) whose latest
+        status is not final (not in :data:`~backfill_lib.core.leases.RELEASED`); expired ones and failed runs that
+        hold none (:attr:`~backfill_lib.core.leases.Lease.held`) included."""
+        from backfill_lib.core.leases import RELEASED, lease_of
+        from backfill_lib.core.table_names import same_table_key
+
+        self.flush()
+        runs = self.spark.table(self.table("runs"))
+        first = runs.groupBy("run_id").agg(F.min("seq").alias("planned_seq"))
+        held = self._fold_runs(runs).where(~F.col("status").isin(*RELEASED)).join(first, "run_id").collect()
+        key = same_table_key(table)
+        return [lease_of(r.asDict()) for r in held
+                if r["plan_json"] is not None and same_table_key(r["target_table"] or "") == key]
+
     def find_run(self, run_id: str) -> dict | None:
         """The latest record of ``run_id``, or ``None`` when the ledger has none."""
         self.flush()

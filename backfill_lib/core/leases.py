@@ -1,0 +1,132 @@
+"""One backfill at a time per target range: the lease a run holds from its ``planned`` event until it is final.
+Pure.
+
+A run's lease is its ``planned`` ledger event itself (the plan JSON names the table, the range and ``where``), so
+it is written in the same commit that records the plan. A run holds its lease while it is not final: from
+``planned`` through ``staging``, ``validating``, ``validated`` and ``publishing``, and also when ``cancelled`` or
+``failed`` by an error that may pass on a retry (``backfill resume`` continues both;
+:func:`~backfill_lib.core.errors.resumable_failure`). ``published``, ``unchanged``, ``rolled_back`` and
+``abandoned`` (``backfill abandon``) release it, and so does a failure by a refusal that would repeat (a gate,
+stray rows, the fence: exit 2 to 4), and age: a lease whose run recorded nothing for ``lease_hours`` (settings)
+has expired (a crashed run nobody resumed).
+
+Two leases conflict when they are on the same table (:func:`~backfill_lib.core.table_names.same_table_key`) and
+their ranges overlap as half-open intervals of instants (a day starts at midnight in its request's
+``time_zone``); a rebuild, or a run without a range, covers the whole table. ``target.where`` is not compared: two
+runs on the same days of different regions still conflict (the check is conservative; ``--concurrent`` overrides
+it, and the fence still guards each publish).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+
+from backfill_lib.core.partitions import zone
+from backfill_lib.core.table_names import same_table_key
+
+#: Statuses after which a run holds no lease.
+RELEASED = ("published", "unchanged", "rolled_back", "abandoned")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A run's claim on ``table``'s range ``[start, end)`` (UTC instants; ``None``: the whole table)."""
+
+    run_id: str
+    table: str
+    owner: str
+    status: str
+    start: datetime | None
+    end: datetime | None
+    #: the ``seq`` of the run's ``planned`` event (nanoseconds since the epoch): which of two leases came first
+    planned_seq: int
+    #: when the run recorded its latest event (UTC)
+    last_event_at: datetime
+    #: the range as its request reads (``[2024-03-01, 2024-04-01) America/New_York``; ``the whole table``)
+    shown: str = ""
+    #: for a ``failed`` run: whether its error may pass on a retry (``None``: not recorded, taken as yes)
+    resumable: bool | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether the run's status holds the lease (age aside): not final, and not failed by a refusal that
+        would repeat."""
+        return self.status not in RELEASED and not (self.status == "failed" and self.resumable is False)
+
+    def overlaps(self, other: "Lease") -> bool:
+        """Whether the two leases are on the same table and their ranges share an instant."""
+        if same_table_key(self.table) != same_table_key(other.table):
+            return False
+        if self.start is None or other.start is None:
+            return True
+        return self.start < other.end and other.start < self.end
+
+    def span(self) -> str:
+        """The range as people read it: ``[2024-03-01, 2024-04-01) America/New_York``, or ``the whole table``."""
+        if self.start is None:
+            return "the whole table"
+        return self.shown or f"[{self.start.isoformat()}, {self.end.isoformat()})"
+
+    def expired(self, now: datetime, lease_hours: float) -> bool:
+        """Whether the run recorded nothing for ``lease_hours`` up to ``now`` (UTC)."""
+        return now - self.last_event_at > timedelta(hours=lease_hours)
+
+
+def _instant(text: str | None, time_zone: str) -> datetime | None:
+    """A plan bound (``2024-03-09`` or an ISO timestamp) as a UTC instant; a date starts at midnight in
+    ``time_zone``."""
+    if text in (None, "None"):
+        return None
+    if "T" in text or " " in text or "+" in text:
+        value = datetime.fromisoformat(text.replace(" ", "T"))
+        return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    day = date.fromisoformat(text)
+    return datetime(day.year, day.month, day.day, tzinfo=zone(time_zone)).astimezone(timezone.utc)
+
+
+def make_lease(run_id: str, table: str, owner: str, status: str, *, whole: bool, start: object, end: object,
+               time_zone: str, planned_seq: int, last_event_at: datetime, resumable: bool | None = None) -> Lease:
+    """A lease from a plan's fields: ``start``/``end`` its half-open bounds (dates, datetimes or their ISO text;
+    a date starts at midnight in ``time_zone``), ``whole`` for a rebuild or a run without a range."""
+    low = None if whole else _instant(None if start is None else str(start), time_zone)
+    high = None if whole else _instant(None if end is None else str(end), time_zone)
+    if low is None or high is None:
+        low = high = None
+    last = last_event_at if last_event_at.tzinfo else last_event_at.replace(tzinfo=timezone.utc)
+    shown = "the whole table" if low is None else f"[{start}, {end}) {time_zone}"
+    return Lease(run_id, table, owner or "?", status, low, high, planned_seq, last.astimezone(timezone.utc), shown,
+                 resumable)
+
+
+def lease_of(run: dict) -> Lease:
+    """The lease of ``run``: a ledger run record with ``plan_json``, its latest ``status`` and ``event_at``, and
+    ``planned_seq`` (the ``seq`` of its first event)."""
+    summary = json.loads(run["plan_json"])
+    request = summary["request"]
+    return make_lease(run["run_id"], request["target"]["table"], run.get("owner") or "?", run["status"],
+                      whole=request.get("strategy") == "rebuild" or not request.get("range"),
+                      start=summary.get("range_start"), end=summary.get("range_end_exclusive"),
+                      time_zone=request.get("time_zone") or "UTC", planned_seq=int(run["planned_seq"]),
+                      last_event_at=run["event_at"], resumable=run.get("resumable"))
+
+
+def holding(leases: list[Lease], mine: Lease, now: datetime, lease_hours: float) -> list[Lease]:
+    """The leases of ``leases`` (other runs) that ``mine`` conflicts with: not released, not expired,
+    overlapping; oldest first."""
+    found = [lease for lease in leases
+             if lease.run_id != mine.run_id and lease.held and not lease.expired(now, lease_hours)
+             and lease.overlaps(mine)]
+    return sorted(found, key=lambda lease: (lease.planned_seq, lease.run_id))
+
+
+def refusal(mine: Lease, held: list[Lease], lease_hours: float) -> str:
+    """The one-line refusal of ``mine`` because of ``held`` (non-empty, oldest first)."""
+    first = held[0]
+    more = f" (and {len(held) - 1} more: {', '.join(h.run_id for h in held[1:])})" if len(held) > 1 else ""
+    return (f"table {mine.table}: run {first.run_id} (owner {first.owner}, status {first.status}) holds "
+            f"{first.span()}, which overlaps this run's {mine.span()}{more}; finish it (`backfill resume "
+            f"{first.run_id}`), wait for it (--after {first.run_id}), release it (`backfill abandon {first.run_id} "
+            f"--reason TEXT`) or run beside it (--concurrent); a lease also expires {lease_hours:g} hours after its "
+            "run's last event")

@@ -1,0 +1,157 @@
+"""Issue 19, item 1: one backfill at a time per target range (leases in the ledger), ``--after``, ``--concurrent``
+and ``backfill abandon``."""
+
+from __future__ import annotations
+
+import threading
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+
+from backfill_lib.core.leases import holding, make_lease, refusal
+
+NOW = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
+NY = "America/New_York"
+
+
+def lease(run_id, start, end, *, status="planned", table="db.events", whole=False, seq=1, age_hours=0.0, tz=NY,
+          resumable=None):
+    return make_lease(run_id, table, "ana@example.com", status, whole=whole, start=start, end=end, time_zone=tz,
+                      planned_seq=seq, last_event_at=NOW - timedelta(hours=age_hours), resumable=resumable)
+
+
+# --- pure ---------------------------------------------------------------------------------------------------
+
+def test_leases_conflict_on_overlapping_ranges_of_the_same_table_while_their_run_is_not_final():
+    mine = lease("mine", date(2024, 3, 31), date(2024, 4, 2), seq=9)
+    others = [
+        lease("march", date(2024, 3, 1), date(2024, 4, 1), status="failed", seq=1),  # shares 2024-03-31
+        lease("gate", date(2024, 3, 1), date(2024, 4, 1), status="failed", seq=1, resumable=False),
+        lease("april", date(2024, 4, 2), date(2024, 4, 3), seq=2),  # starts where mine ends: no overlap
+        lease("other_table", date(2024, 3, 1), date(2024, 5, 1), table="db.other", seq=3),
+        lease("done", date(2024, 3, 1), date(2024, 5, 1), status="published", seq=4),
+        lease("abandoned", date(2024, 3, 1), date(2024, 5, 1), status="abandoned", seq=5),
+        lease("stale", date(2024, 3, 1), date(2024, 5, 1), status="staging", age_hours=25, seq=6),
+        lease("rebuild", None, None, whole=True, status="validated", table="DB.Events", seq=7),
+    ]
+    held = holding(others, mine, NOW, lease_hours=24)
+    assert [h.run_id for h in held] == ["march", "rebuild"]
+    # a day starts at midnight in its own request's zone: UTC 2024-04-01 is still 2024-03-31 in New York
+    utc = lease("utc", date(2024, 4, 1), date(2024, 4, 2), tz="UTC", seq=10)
+    assert [h.run_id for h in holding(others[:1], utc, NOW, 24)] == ["march"]
+    assert refusal(mine, held, 24) == (
+        "table db.events: run march (owner ana@example.com, status failed) holds [2024-03-01, 2024-04-01) "
+        "America/New_York, which overlaps this run's [2024-03-31, 2024-04-02) America/New_York (and 1 more: "
+        "rebuild); finish it (`backfill resume march`), wait for it (--after march), release it (`backfill abandon "
+        "march --reason TEXT`) or run beside it (--concurrent); a lease also expires 24 hours after its run's last "
+        "event")
+
+
+def test_cleanup_drops_only_staging_of_final_runs_past_the_age_and_outside_the_rollback_window():
+    from backfill_lib.core.errors import ConfigError
+    from backfill_lib.core.retention import judge_staging, parse_age
+
+    assert (parse_age("30d"), parse_age("12h"), parse_age(" 90m ")) == (
+        timedelta(days=30), timedelta(hours=12), timedelta(minutes=90))
+    with pytest.raises(ConfigError, match="--older-than: '30' is not an age such as 30d, 12h or 90m"):
+        parse_age("30")
+    old, young = NOW - timedelta(days=40), NOW - timedelta(days=2)
+    runs = [
+        {"run_id": "pub_old", "status": "published", "staging_table": "s.a", "event_at": old,
+         "rollback_until": old + timedelta(days=7)},
+        {"run_id": "pub_window", "status": "published", "staging_table": "s.b", "event_at": old,
+         "rollback_until": NOW + timedelta(days=1)},
+        {"run_id": "abandoned_young", "status": "abandoned", "staging_table": "s.c", "event_at": young},
+        {"run_id": "failed_old", "status": "failed", "staging_table": "s.d", "event_at": old},
+        {"run_id": "unchanged_old", "status": "unchanged", "staging_table": "s.e", "event_at": old},
+        {"run_id": "no_staging", "status": "published", "staging_table": None, "event_at": old},
+    ]
+    verdicts = judge_staging(runs, NOW, timedelta(days=30))
+    assert [(v.run_id, v.drop) for v in verdicts] == [
+        ("failed_old", False), ("pub_old", True), ("pub_window", False), ("unchanged_old", True),
+        ("abandoned_young", False)]
+    assert [v.kept_because for v in verdicts if not v.drop] == [
+        "run is failed, not final", "inside its rollback window (until 2026-12-02 12:00 UTC; --force drops it "
+        "anyway)", "last event 2026-11-29 12:00 UTC is younger than the age"]
+    assert [v.run_id for v in judge_staging(runs, NOW, timedelta(days=30), force=True) if v.drop] == [
+        "pub_old", "pub_window", "unchanged_old"]
+
+
+# --- Spark --------------------------------------------------------------------------------------------------
+
+def test_a_second_overlapping_run_is_refused_until_the_first_is_final(spark, settings, db, tmp_path, make_runner):
+    from backfill_lib.adapters.delta_log import current_version
+    from backfill_lib.core.errors import LeaseError, PublishError
+    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.runner import prepare
+    from tests.fixtures import D8, D9, D10, FULL_SOURCE, events_request, make_events
+
+    make_events(spark, db, FULL_SOURCE)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first_request = events_request(tmp_path / "a", db, start=D8, end=D9)
+    second_request = events_request(tmp_path / "b", db, start=D9, end=D10)
+    first, state = prepare(spark, settings, first_request, run_id="lease_first")
+    assert make_runner().run(first, state, until="validate").status == "validated"
+
+    second, state2 = prepare(spark, settings, second_request, run_id="lease_second")
+    with pytest.raises(LeaseError) as err:
+        make_runner().run(second, state2)
+    assert str(err.value).startswith(
+        f"{second_request}: table {db}.events: run lease_first (owner ana@example.com, status validated) holds "
+        "[2024-03-08, 2024-03-10) UTC, which overlaps this run's [2024-03-09, 2024-03-11) UTC; finish it")
+    ledger = Ledger(spark, settings.ledger_schema)
+    assert ledger.find_run("lease_second") is None  # refused before its plan was recorded: nothing staged
+    assert current_version(spark, f"{db}.events") == 0
+
+    # --after waits for the first run, which publishes meanwhile; then the second plans and takes the range
+    waiting, outcome = make_runner(lease_poll_seconds=0.2), {}
+
+    def after_first():
+        outcome["waited"] = waiting.wait_for("lease_first")
+        outcome["result"] = waiting.run(*prepare(spark, settings, second_request, run_id="lease_second"))
+
+    thread = threading.Thread(target=after_first)
+    thread.start()
+    assert make_runner().publish_validated("lease_first").status == "published"
+    thread.join(timeout=600)
+    assert (outcome["waited"], outcome["result"].status) == ("published", "published")
+    assert current_version(spark, f"{db}.events") == 2
+
+    # a run left validated is released by abandon; an abandoned run cannot be resumed
+    (tmp_path / "c").mkdir()
+    third, state3 = prepare(spark, settings, events_request(tmp_path / "c", db, start=D10, end=D10), run_id="lease_third")
+    assert make_runner().run(third, state3, until="validate").status == "validated"
+    fourth, state4 = prepare(spark, settings, first_request, run_id="lease_fourth")
+    assert make_runner().run(fourth, state4).status == "unchanged"  # 8..9 (no overlap with 10) as published
+    fifth, state5 = prepare(spark, settings, second_request, run_id="lease_fifth")
+    with pytest.raises(LeaseError, match="run lease_third \\(owner ana@example.com, status validated\\)"):
+        make_runner().run(fifth, state5)
+    assert make_runner().abandon("lease_third", "superseded by lease_fifth") == (
+        f"run lease_third (validated) abandoned: superseded by lease_fifth; its range of {db}.events is free")
+    with pytest.raises(PublishError, match="run lease_third was abandoned \\(abandoned: superseded by lease_fifth\\)"):
+        make_runner().resume("lease_third")
+    assert make_runner().run(fifth, state5).status == "unchanged"
+    with pytest.raises(PublishError, match="run lease_fifth is unchanged already; nothing to abandon"):
+        make_runner().abandon("lease_fifth", "too late")
+
+    # cleanup: the staging of final runs past the age goes, not inside a published run's rollback window
+    from backfill_lib.plan.prepare import utc_now
+    from backfill_lib.run.cleanup import drop_staging, staging_verdicts
+
+    ours = {"lease_first", "lease_second", "lease_third", "lease_fourth", "lease_fifth"}
+    verdicts = [v for v in staging_verdicts(spark, ledger, utc_now(), timedelta(0)) if v.run_id in ours]
+    assert sorted((v.run_id, v.drop) for v in verdicts) == [
+        ("lease_fifth", True), ("lease_first", False), ("lease_fourth", True), ("lease_second", False),
+        ("lease_third", True)]
+    kept = next(v for v in verdicts if v.run_id == "lease_first")
+    assert kept.kept_because.startswith("inside its rollback window (until ")
+    forced = [v.run_id for v in staging_verdicts(spark, ledger, utc_now(), timedelta(0), force=True)
+              if v.run_id in ours and v.drop]
+    assert len(forced) == 5
+    dropped = drop_staging(spark, ledger, [v for v in verdicts if v.drop])
+    assert sorted(v.run_id for v in dropped) == ["lease_fifth", "lease_fourth", "lease_third"]
+    assert not spark.catalog.tableExists(third.staging_table) and spark.catalog.tableExists(first.staging_table)
+    after = ledger.run("lease_third")
+    assert (after["status"], after["message"]) == (
+        "abandoned", f"abandoned: superseded by lease_fifth; cleanup dropped staging table {third.staging_table}")
