@@ -170,7 +170,7 @@ class Runner:
             held = [lease for lease in self.ledger.leases(other["target_table"] or "") if lease.run_id == run_id]
             if (other["status"] in RELEASED or not held or not held[0].held
                     or held[0].expired(utc_now(), self.settings.lease_hours)):
-                return other["status"]
+                return self.ledger.run(run_id)["status"]  # read again: the two reads above may straddle an event
             if other["status"] != said:
                 Reporter(self.console, run_id).stage(f"waiting for run {run_id} ({other['status']}) to be final")
                 said = other["status"]
