@@ -26,6 +26,7 @@ def test_the_fence_names_the_run_that_published_in_between(spark, settings, db, 
     second = tmp_path / "second"
     second.mkdir()
     other, _ = prepare(spark, settings, events_request(second, db))
+    runner.concurrent = True  # past the waiting run's lease (the next test's subject): the fence must catch it
     assert runner.run(other).status == "published"  # version 1, in the same partition
 
     assert main(["publish", waiting.run_id]) == 4
