@@ -16,7 +16,7 @@ import zipfile
 from tests.conftest import ROOT
 
 #: every command of ``backfill --help``, in its order
-COMMANDS = ("plan", "run", "resume", "publish", "rollback", "history", "status", "report", "demo")
+COMMANDS = ("plan", "run", "resume", "abandon", "publish", "rollback", "cleanup", "history", "status", "report", "demo")
 
 
 def _run(*args, **kwargs) -> subprocess.CompletedProcess:
