@@ -135,7 +135,8 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         f"range {plan['range_start']} .. {plan['range_end_exclusive']} (end exclusive), {plan['partitions']} partitions "
         f"in {len(plan['batches'])} batches",
         f"target data in range before: {total['files']} files, {total['bytes']} bytes, {total['rows']} rows (Delta log)",
-        f"staging table {run['staging_table']}",
+        f"staging table {run['staging_table']} ("
+        f"{'kept' if spark.catalog.tableExists(run['staging_table']) else 'not there: never written, or dropped by cleanup'})",
         zone_line(plan),
         f"sources read at (Delta version, pinned for the whole run): {_pins(plan.get('source_versions'))}",
     ) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
