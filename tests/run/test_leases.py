@@ -120,7 +120,9 @@ def test_a_second_overlapping_run_is_refused_until_the_first_is_final(spark, set
 
     # a run left validated is released by abandon; an abandoned run cannot be resumed
     (tmp_path / "c").mkdir()
-    third, state3 = prepare(spark, settings, events_request(tmp_path / "c", db, start=D10, end=D10), run_id="lease_third")
+    tenfold = f"SELECT id, dt, v * 100 AS v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
+    third, state3 = prepare(spark, settings, events_request(tmp_path / "c", db, start=D10, end=D10, sql=tenfold),
+                            run_id="lease_third")
     assert make_runner().run(third, state3, until="validate").status == "validated"
     fourth, state4 = prepare(spark, settings, first_request, run_id="lease_fourth")
     assert make_runner().run(fourth, state4).status == "unchanged"  # 8..9 (no overlap with 10) as published
