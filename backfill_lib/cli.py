@@ -43,11 +43,13 @@ def _settings() -> Settings:
     return load_settings(_State.settings_path)
 
 
-def _spark(settings: Settings):
+def _spark(settings: Settings, short_lived: bool = False):
+    """The session; ``short_lived`` for the commands that only read metadata (a local JVM compiles for a fast start,
+    :data:`backfill_lib.adapters.session.SHORT_LIVED_JVM_OPTIONS`)."""
     from backfill_lib.adapters.session import get_spark
 
     quiet_spark_query_errors()  # here, not at start: a command refused before Spark never imports pyspark
-    return get_spark(settings)
+    return get_spark(settings, short_lived=short_lived)
 
 
 @app.callback()
@@ -69,7 +71,7 @@ def plan(request: Annotated[str, typer.Argument(help="Request file, e.g. conf/ba
     from backfill_lib.plan.explain import explain
     from backfill_lib.plan.prepare import prepare
 
-    spark = _spark(settings)
+    spark = _spark(settings, short_lived=True)
     the_plan, _ = prepare(spark, settings, request)
     console.print(explain(the_plan))
 
@@ -310,7 +312,7 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
     except ValueError as exc:
         raise IntakeError(f"backfill history: {exc}") from None
     settings = _settings()
-    spark = _spark(settings)
+    spark = _spark(settings, short_lived=True)
     try:
         versions = backfill_versions(spark, Ledger(spark, settings.ledger_schema), table)
     except AnalysisException as exc:
@@ -347,7 +349,7 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     from backfill_lib.run.ledger import Ledger
 
     settings = _settings()
-    ledger = Ledger(_spark(settings), settings.ledger_schema)
+    ledger = Ledger(_spark(settings, short_lived=True), settings.ledger_schema)
     ledger.ensure()
     if run_id is None:
         table = Table(title="Runs (latest first)", title_justify="left")

@@ -2,9 +2,9 @@
 
 On a cluster (``spark-submit``, a Databricks job, an EMR step) the session the platform configured is reused
 and only the session time zone is pinned. Locally, a session is built with Delta configured
-(``delta.configure_spark_with_delta_pip`` adds ``io.delta:delta-spark_4.1_2.13`` to ``spark.jars.packages``;
-the jars come from Maven Central on first start and from the Ivy cache afterwards), a warehouse and an
-embedded Derby metastore under :attr:`Settings.home`.
+(``io.delta:delta-spark_4.1_2.13`` in ``spark.jars.packages`` on the first start, resolved from Maven Central into
+the Ivy cache; afterwards the cached jars on ``spark.jars``, with no resolution: :mod:`.delta_jars`), a warehouse
+and an embedded Derby metastore under :attr:`Settings.home`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 
 from pyspark.sql import SparkSession
@@ -31,11 +32,14 @@ def _launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def get_spark(settings: Settings) -> SparkSession:
+def get_spark(settings: Settings, short_lived: bool = False) -> SparkSession:
     """Return the session to run on, building the local default if there is none.
 
     The session time zone is set to ``settings.time_zone`` in every mode; a run then switches it to its
-    request's ``time_zone`` for as long as it runs (:func:`session_time_zone`).
+    request's ``time_zone`` for as long as it runs (:func:`session_time_zone`). ``short_lived``: the caller reads
+    metadata for seconds and exits (``backfill plan``, ``status``, ``history``); a local default built for it
+    compiles with the JVM's C1 compiler only (:data:`SHORT_LIVED_JVM_OPTIONS`). A session that exists already, or
+    the platform's, is used as it is.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -43,7 +47,7 @@ def get_spark(settings: Settings) -> SparkSession:
     elif _launched_by_spark_submit():
         spark = SparkSession.builder.appName(settings.spark.app_name).getOrCreate()
     else:
-        spark = build_local_session(settings)
+        spark = build_local_session(settings, short_lived=short_lived)
     spark.conf.set(SESSION_TIME_ZONE, settings.time_zone)
     # Delta's SQL parser drops named parameters under Spark 4.1 (delta-io/delta#7640, apache/spark#55392), so
     # `:range_start` in a source SQL would stay unbound; the legacy substitution binds them before parsing.
@@ -179,35 +183,94 @@ def _jvm_ignores_sigterm():
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def build_local_session(settings: Settings) -> SparkSession:
-    """Build the embedded default: local master, Delta, warehouse and Derby metastore under ``settings.home``."""
-    from delta import configure_spark_with_delta_pip
+#: JVM options of a short-lived local session: C1 only (no C2 optimising compiler). On 2 cores the C2 compiler
+#: threads spent most of a dry run's CPU compiling start-up code that never runs again: `backfill plan` of the demo
+#: request took 45-60 s of JVM CPU with tiered compilation and 22-30 s with C1 only (local[*], 2 cores, load 16-18).
+#: Not for runs: their generated code runs for minutes and needs C2.
+SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def build_local_session(settings: Settings, short_lived: bool = False) -> SparkSession:
+    """Build the embedded default: local master, Delta, warehouse and Derby metastore under ``settings.home``;
+    ``short_lived`` adds :data:`SHORT_LIVED_JVM_OPTIONS` after the driver's Java options (the settings' own too).
+
+    Delta's jars come from the Ivy cache once a start has resolved them (:mod:`backfill_lib.adapters.delta_jars`);
+    a start that resolves prints one line saying so on stderr instead of Ivy's report. The JVM's stderr reaches
+    ours without the launch's noise (:mod:`backfill_lib.adapters.jvm_output`).
+    """
+    from backfill_lib.adapters.delta_jars import (
+        FETCHING_LINE, RESOLUTION_OPTIONS, cached_jars, delta_package, ivy_home, remember_jars,
+    )
 
     settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
     home = settings.home.resolve()
     log4j = home / "log4j2.properties"
     log4j.write_text(LOG4J2_PROPERTIES)
-    builder = (
-        SparkSession.builder.master(settings.spark.master)
-        .appName(settings.spark.app_name)
-        .config("spark.sql.extensions", DELTA_EXTENSION)
-        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
-        .config("spark.sql.warehouse.dir", str(settings.warehouse_dir))
-        .config(SESSION_TIME_ZONE, settings.time_zone)
+    options = {
+        "spark.master": settings.spark.master,
+        "spark.app.name": settings.spark.app_name,
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.sql.warehouse.dir": str(settings.warehouse_dir),
+        SESSION_TIME_ZONE: settings.time_zone,
         # Batches run as concurrent jobs; FAIR shares the executors between them instead of first-come.
-        .config("spark.scheduler.mode", "FAIR")
-        .config(
-            "spark.hadoop.javax.jdo.option.ConnectionURL",
-            f"jdbc:derby:;databaseName={settings.metastore_dir};create=true",
-        )
+        "spark.scheduler.mode": "FAIR",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={settings.metastore_dir};create=true",
         # Derby writes derby.log into its system home; keep it inside the project folder, not the cwd.
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={home} -Dlog4j.configurationFile={log4j}")
-        .enableHiveSupport()
-    )
-    for key, value in settings.spark.options.items():
-        builder = builder.config(key, value)
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={home} -Dlog4j.configurationFile={log4j}",
+        "spark.sql.catalogImplementation": "hive",  # what SparkSession.Builder.enableHiveSupport sets
+    }
+    options.update(settings.spark.options)
+    if short_lived:
+        java_options = options.get("spark.driver.extraJavaOptions", "")
+        options["spark.driver.extraJavaOptions"] = f"{java_options} {SHORT_LIVED_JVM_OPTIONS}".strip()
+    package = delta_package()
+    jars = cached_jars(options, package)
+    resolved_by_user = any(options.get(key) for key in RESOLUTION_OPTIONS)
+    if jars is not None:
+        own = options.get("spark.jars")
+        options["spark.jars"] = ",".join(([own] if own else []) + jars)
+    else:
+        # what configure_spark_with_delta_pip sets, beside the settings' own packages: resolved by spark-submit
+        options["spark.jars.packages"] = ",".join(p for p in (package, options.get("spark.jars.packages")) if p)
+        line = (f"resolving {options['spark.jars.packages']} with Ivy (the settings set spark.jars options)"
+                if resolved_by_user else FETCHING_LINE.format(package=package, ivy=ivy_home(options)))
+        print(line, file=sys.stderr, flush=True)
     with _jvm_ignores_sigterm():
-        spark = configure_spark_with_delta_pip(builder).getOrCreate()
+        _launch_jvm(options)
+        builder = SparkSession.builder
+        for key, value in options.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    log.info("local Spark %s on %s, warehouse %s", spark.version, settings.spark.master, settings.warehouse_dir)
+    if jars is None and not resolved_by_user:
+        remember_jars(options, package, spark.sparkContext.getConf().get("spark.jars", ""))
+    log.debug("local Spark %s on %s, warehouse %s", spark.version, settings.spark.master, settings.warehouse_dir)
     return spark
+
+
+def _launch_jvm(options: dict[str, str]) -> None:
+    """Start the JVM (spark-submit, as pyspark does) with ``options`` and its stderr through a
+    :class:`~backfill_lib.adapters.jvm_output.JvmStderr`; pyspark's ``SparkContext`` then uses this gateway.
+
+    Nothing happens when this process already has a JVM (a session stopped and built again): pyspark reuses it.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    from backfill_lib.adapters.jvm_output import JvmStderr
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf()
+    for key, value in options.items():
+        conf.set(key, value)
+    stderr = JvmStderr()
+    try:
+        # popen_kwargs: pyspark's documented hook for the gateway's stdout/stderr
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": stderr.write_fd})
+    except BaseException:
+        stderr.flush_held()
+        raise
+    stderr.close_writer()
+    SparkContext._ensure_initialized(gateway=gateway)
