@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
-from backfill_lib.core.errors import RolledBackError, SourceChangedError, failure_message
+from backfill_lib.core.errors import RolledBackError, SourceChangedError, failure_message, resumable_failure
 from backfill_lib.core.faults import crash_point
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.retry import with_conflict_retry
