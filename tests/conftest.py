@@ -5,6 +5,8 @@ Every folder of tests/ shares this session: no other conftest creates one."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
 import uuid
@@ -14,6 +16,74 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The README's `python -m pytest` runs on two pytest-xdist workers (`-n 2 --dist loadgroup` in pyproject.toml):
+# each worker is its own process with its own SparkSession, BACKFILL_HOME (warehouse, Derby metastore) and
+# tmp_path. Tests go out one by one to whichever worker is free, in the order below, except the files in
+# GROUPED, whose module-scoped fixtures (a story of crashed processes, a SPARK_HOME) must run once: each goes
+# whole to one worker.
+
+#: files kept whole on one worker (their module-scoped fixtures start JVMs of their own)
+GROUPED = ("tests/e2e/test_crash_points.py", "tests/e2e/test_cluster.py", "tests/e2e/test_crash_safety.py")
+#: the longest units first (measured in CI, minutes each), so that no long one is left to run alone at the end
+LONGEST_FIRST = (*GROUPED, "tests/e2e/test_demo.py", "tests/e2e/test_wheel.py")
+#: whether any collected test uses the ``spark`` fixture
+_NEEDS_SPARK = pytest.StashKey[bool]()
+
+
+# before xdist's own hook, which turns the xdist_group marks into the groups it schedules
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under xdist: put the longest units first and give each file of GROUPED its own ``xdist_group``.
+
+    The order is stable otherwise (collection order), and every worker computes the same one, as xdist requires.
+    """
+    if not _distributed(config):
+        return
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+
+    def path_of(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    for item in items:
+        if path_of(item) in GROUPED:
+            item.add_marker(pytest.mark.xdist_group(path_of(item)))
+    items.sort(key=lambda item: rank.get(path_of(item), len(rank)))
+    config.stash[_NEEDS_SPARK] = any("spark" in item.fixturenames for item in items)
+
+
+def _distributed(config) -> bool:
+    """True in the controller and in the workers of an xdist run with workers (not under ``-n 0``)."""
+    return bool(getattr(config.option, "numprocesses", None)) or hasattr(config, "workerinput")
+
+
+@contextlib.contextmanager
+def _one_spark_start_at_a_time(tmp_path_factory):
+    """Hold a lock shared by the xdist workers of this run while a JVM starts.
+
+    A local session resolves Delta's jars (``spark.jars.packages``) through Ivy into ``~/.ivy2.5.2``; two JVMs
+    downloading into a cold cache at once can each read the other's half-written files. The lock file is in
+    the run's base temporary folder, which the workers share (each worker's own is a folder inside it).
+    """
+    lock_path = tmp_path_factory.getbasetemp().parent / "spark_start.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_session_first(request):
+    """On an xdist worker of a run that uses Spark, start this worker's session before its first test.
+
+    Its start is then the worker's first JVM start, under the lock, so the tests that launch JVMs of their own
+    (spark-submit, crashed drivers) find the Ivy cache filled. A run without Spark tests (``tests/core``)
+    starts none.
+    """
+    if hasattr(request.config, "workerinput") and request.config.stash.get(_NEEDS_SPARK, False):
+        request.getfixturevalue("spark")
 
 
 @pytest.fixture(scope="session")
@@ -27,11 +97,12 @@ def settings(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def spark(settings):
+def spark(settings, tmp_path_factory):
     from backfill_lib.adapters.session import get_spark
     from backfill_lib.cli import quiet_spark_query_errors
 
-    session = get_spark(settings)
+    with _one_spark_start_at_a_time(tmp_path_factory):
+        session = get_spark(settings)
     session.conf.set("spark.sql.shuffle.partitions", "2")
     quiet_spark_query_errors()
     yield session
