@@ -17,38 +17,47 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The README's `python -m pytest` runs on two pytest-xdist workers (`-n 2 --dist loadgroup` in pyproject.toml):
+# The README's `python -m pytest` runs on two pytest-xdist workers (`-n 2 --dist load` in pyproject.toml):
 # each worker is its own process with its own SparkSession, BACKFILL_HOME (warehouse, Derby metastore) and
-# tmp_path. Tests go out one by one to whichever worker is free, in the order below, except the files in
+# tmp_path. Tests go out one at a time to whichever worker is free, in the order below, except the files in
 # GROUPED, whose module-scoped fixtures (a story of crashed processes, a SPARK_HOME) must run once: each goes
 # whole to one worker.
 
 #: files kept whole on one worker (their module-scoped fixtures start JVMs of their own)
 GROUPED = ("tests/e2e/test_crash_points.py", "tests/e2e/test_cluster.py", "tests/e2e/test_crash_safety.py")
-#: the longest units first (measured in CI, minutes each), so that no long one is left to run alone at the end
+#: the longest units first, so that no long one is left to run alone at the end
 LONGEST_FIRST = (*GROUPED, "tests/e2e/test_demo.py", "tests/e2e/test_wheel.py")
 #: whether any collected test uses the ``spark`` fixture
 _NEEDS_SPARK = pytest.StashKey[bool]()
 
 
-# before xdist's own hook, which turns the xdist_group marks into the groups it schedules
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under xdist: put the longest units first and give each file of GROUPED its own ``xdist_group``.
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist load``, except that each file of GROUPED is one unit of work.
 
-    The order is stable otherwise (collection order), and every worker computes the same one, as xdist requires.
+    xdist's own ``--dist loadgroup`` cannot do it under pytest 9.2: it renames ``item._nodeid``, which pytest
+    9.2's ``Node.nodeid`` no longer reads, so the groups silently fall apart. The scheduler sees node IDs only.
+    """
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LoadWithGroupedFiles(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if path in GROUPED else nodeid
+
+    return LoadWithGroupedFiles(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist: put the longest units first (LONGEST_FIRST), the rest in collection order.
+
+    Every worker computes the same order, as xdist requires; ``--no-loadscope-reorder`` makes the scheduler keep it.
     """
     if not _distributed(config):
         return
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-
-    def path_of(item) -> str:
-        return item.nodeid.split("::", 1)[0]
-
-    for item in items:
-        if path_of(item) in GROUPED:
-            item.add_marker(pytest.mark.xdist_group(path_of(item)))
-    items.sort(key=lambda item: rank.get(path_of(item), len(rank)))
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
     config.stash[_NEEDS_SPARK] = any("spark" in item.fixturenames for item in items)
 
 
