@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: files kept whole on one worker (their module-scoped fixtures start JVMs of their own)
 GROUPED = ("tests/e2e/test_crash_points.py", "tests/e2e/test_cluster.py", "tests/e2e/test_crash_safety.py")
-#: the longest units first, so that no long one is left to run alone at the end
+#: the longest units first, so that no long one is left to run alone at the end (CI of 2026-12-02: crash_points,
+#: crash_safety and cluster each took about a quarter of one worker's time, then the demo, then the wheel)
 LONGEST_FIRST = (*GROUPED, "tests/e2e/test_demo.py", "tests/e2e/test_wheel.py")
 #: whether any collected test uses the ``spark`` fixture
 _NEEDS_SPARK = pytest.StashKey[bool]()
