@@ -5,6 +5,8 @@ Every folder of tests/ shares this session: no other conftest creates one."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
 import uuid
@@ -14,6 +16,84 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The README's `python -m pytest` runs on two pytest-xdist workers (`-n 2 --dist load` in pyproject.toml):
+# each worker is its own process with its own SparkSession, BACKFILL_HOME (warehouse, Derby metastore) and
+# tmp_path. Tests go out one at a time to whichever worker is free, in the order below, except the files in
+# GROUPED, whose module-scoped fixtures (a story of crashed processes, a SPARK_HOME) must run once: each goes
+# whole to one worker.
+
+#: files kept whole on one worker (their module-scoped fixtures start JVMs of their own)
+GROUPED = ("tests/e2e/test_crash_points.py", "tests/e2e/test_cluster.py", "tests/e2e/test_crash_safety.py")
+#: the longest units first, so that no long one is left to run alone at the end (CI of 2026-12-02: crash_points,
+#: crash_safety and cluster each took about a quarter of one worker's time, then the demo, then the wheel)
+LONGEST_FIRST = (*GROUPED, "tests/e2e/test_demo.py", "tests/e2e/test_wheel.py")
+#: whether any collected test uses the ``spark`` fixture
+_NEEDS_SPARK = pytest.StashKey[bool]()
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist load``, except that each file of GROUPED is one unit of work.
+
+    xdist's own ``--dist loadgroup`` cannot do it under pytest 9.2: it renames ``item._nodeid``, which pytest
+    9.2's ``Node.nodeid`` no longer reads, so the groups silently fall apart. The scheduler sees node IDs only.
+    """
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LoadWithGroupedFiles(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if path in GROUPED else nodeid
+
+    return LoadWithGroupedFiles(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist: put the longest units first (LONGEST_FIRST), the rest in collection order.
+
+    Every worker computes the same order, as xdist requires; ``--no-loadscope-reorder`` makes the scheduler keep it.
+    """
+    if not _distributed(config):
+        return
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    config.stash[_NEEDS_SPARK] = any("spark" in item.fixturenames for item in items)
+
+
+def _distributed(config) -> bool:
+    """True in the controller and in the workers of an xdist run with workers (not under ``-n 0``)."""
+    return bool(getattr(config.option, "numprocesses", None)) or hasattr(config, "workerinput")
+
+
+@contextlib.contextmanager
+def _one_spark_start_at_a_time(tmp_path_factory):
+    """Hold a lock shared by the xdist workers of this run while a JVM starts.
+
+    A local session resolves Delta's jars (``spark.jars.packages``) through Ivy into ``~/.ivy2.5.2``; two JVMs
+    downloading into a cold cache at once can each read the other's half-written files. The lock file is in
+    the run's base temporary folder, which the workers share (each worker's own is a folder inside it).
+    """
+    lock_path = tmp_path_factory.getbasetemp().parent / "spark_start.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_session_first(request):
+    """On an xdist worker of a run that uses Spark, start this worker's session before its first test.
+
+    Its start is then the worker's first JVM start, under the lock, so the tests that launch JVMs of their own
+    (spark-submit, crashed drivers) find the Ivy cache filled. A run without Spark tests (``tests/core``)
+    starts none.
+    """
+    if hasattr(request.config, "workerinput") and request.config.stash.get(_NEEDS_SPARK, False):
+        request.getfixturevalue("spark")
 
 
 @pytest.fixture(scope="session")
@@ -27,11 +107,12 @@ def settings(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def spark(settings):
+def spark(settings, tmp_path_factory):
     from backfill_lib.adapters.session import get_spark
     from backfill_lib.cli import quiet_spark_query_errors
 
-    session = get_spark(settings)
+    with _one_spark_start_at_a_time(tmp_path_factory):
+        session = get_spark(settings)
     session.conf.set("spark.sql.shuffle.partitions", "2")
     quiet_spark_query_errors()
     yield session
