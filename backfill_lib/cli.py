@@ -2,6 +2,10 @@
 
 One error handler: a :class:`BackfillError` prints one line (``error: ...``) on stderr and exits with its
 ``exit_code``; other exceptions print their traceback only with ``--debug`` (or ``BACKFILL_DEBUG=1``).
+
+``--json`` (plan, run, status, history, report): stdout gets exactly one JSON document
+(:mod:`backfill_lib.report.documents`), the command's or, when it fails, an ``error`` document with the same exit
+code; everything else (progress, tables, logs, the JVM's output) goes to stderr (:func:`main_json`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from datetime import timezone
 from typing import Annotated, Optional
 
@@ -37,6 +41,16 @@ err_console = Console(stderr=True)
 class _State:
     settings_path: str | None = None
     debug: bool = False
+    #: under ``--json``: the command's document (a pydantic model), printed by :func:`main_json`
+    document = None
+    #: under ``--json``: the run ID once the run is in the ledger (named by an error document)
+    run_id: str | None = None
+
+
+JSON_FLAG = "--json"
+JSON_HELP = ("Print one JSON document on stdout (schema backfill_lib/schemas/backfill-output-v1.schema.json); "
+             "everything else goes to stderr.")
+JsonOption = Annotated[bool, typer.Option(JSON_FLAG, help=JSON_HELP)]
 
 
 def _settings() -> Settings:
@@ -62,7 +76,8 @@ def _root(
 
 
 @app.command()
-def plan(request: Annotated[str, typer.Argument(help="Request file, e.g. conf/backfills/fix_daily_route_delays.yml.")]) -> None:
+def plan(request: Annotated[str, typer.Argument(help="Request file, e.g. conf/backfills/fix_daily_route_delays.yml.")],
+         json_: JsonOption = False) -> None:
     """Dry run: print the partitions the request touches and their current cost. Writes nothing."""
     from backfill_lib.intake.request import load_request
 
@@ -73,6 +88,11 @@ def plan(request: Annotated[str, typer.Argument(help="Request file, e.g. conf/ba
 
     spark = _spark(settings, short_lived=True)
     the_plan, _ = prepare(spark, settings, request)
+    if json_:
+        from backfill_lib.report.documents import plan_document
+
+        _State.document = plan_document(the_plan)
+        return
     console.print(explain(the_plan))
 
 
@@ -120,6 +140,7 @@ def run(
                                                  "expired) before taking the range.")] = None,
     concurrent: Annotated[bool, typer.Option("--concurrent", help="Run even when another run that is not final "
                                              "holds an overlapping range (the fence still guards the publish).")] = False,
+    json_: JsonOption = False,
 ) -> None:
     """Run a backfill: intake, plan, stage by partition, validate, publish in one commit.
 
@@ -147,7 +168,19 @@ def run(
     except GateFailedError as exc:
         _print_failures(exc.failures)
         raise
+    if json_:
+        _State.document = _run_document(runner, result.plan.run_id)
+        return
     _print_result(result)
+
+
+def _run_document(runner, run_id: str):
+    """The run's document: from the outcome its report was written from (the same as its summary.json), or from
+    the ledger when no report was written (a resumed run that had finished already)."""
+    from backfill_lib.report.run_report import ledger_outcome, outcome_document
+
+    outcome = runner.outcomes.get(run_id) or ledger_outcome(runner.ledger, run_id)
+    return outcome_document(runner.settings, outcome)
 
 
 def _announce_run_id(run_id: str) -> None:
@@ -155,6 +188,7 @@ def _announce_run_id(run_id: str) -> None:
     flush it: a scheduler's log must have it even if the process is killed right after."""
     from backfill_lib.core.faults import crash_point
 
+    _State.run_id = run_id
     console.print(f"run ID: [bold]{run_id}[/bold]", highlight=False)
     console.file.flush()
     crash_point("after_run_id")
@@ -297,7 +331,8 @@ def cleanup(
 
 
 @app.command()
-def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.daily_route_delays or sales.`order-lines`.")]) -> None:
+def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.daily_route_delays or sales.`order-lines`.")],
+            json_: JsonOption = False) -> None:
     """List the table's versions written by backfills (DESCRIBE HISTORY userMetadata joined with the ledger)."""
     from pyspark.errors import AnalysisException
 
@@ -317,6 +352,14 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
         versions = backfill_versions(spark, Ledger(spark, settings.ledger_schema), table)
     except AnalysisException as exc:
         raise IntakeError(f"table {table}: {str(exc).strip().splitlines()[0]}") from exc
+    if json_:
+        from backfill_lib.report.documents import HistoryDocument, HistoryVersion
+
+        _State.document = HistoryDocument(table=table, versions=[HistoryVersion(
+            version=v.version, committed=v.timestamp, operation=v.operation, action=v.action, run_id=v.run_id,
+            run_status=v.status, strategy=v.strategy, owner=v.owner, reason=v.reason, approved_by=v.approved_by,
+            detail=v.detail) for v in versions])
+        return
     out = Table(title=f"Backfill versions of {escape(table)} (newest first)", title_justify="left")
     for col in ("version", "committed", "action", "run ID", "run status", "strategy", "owner", "reason", "approved by", "detail"):
         out.add_column(col)
@@ -341,7 +384,8 @@ def _print_failures(failures) -> None:
 
 
 @app.command()
-def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; without it, the latest runs.")] = None) -> None:
+def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; without it, the latest runs.")] = None,
+           json_: JsonOption = False) -> None:
     """Show runs from the ledger, or one run and its partitions."""
     from pyspark.sql import functions as F
 
@@ -351,6 +395,9 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     settings = _settings()
     ledger = Ledger(_spark(settings, short_lived=True), settings.ledger_schema)
     ledger.ensure()
+    if json_:
+        _State.document = _status_document(ledger, run_id)
+        return
     if run_id is None:
         table = Table(title="Runs (latest first)", title_justify="left")
         for col in ("run ID", "status", "request", "target", "owner", "published version", "staging", "updated (UTC)"):
@@ -396,8 +443,35 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     console.print(table)
 
 
+def _status_document(ledger, run_id: str | None):
+    """What ``status`` prints, as a :class:`~backfill_lib.report.documents.StatusDocument`: the 20 latest runs,
+    or ``run_id`` and its partitions."""
+    from pyspark.sql import functions as F
+
+    from backfill_lib.report.documents import PartitionStatus, RunDetail, RunListItem, StatusDocument, Versions, utc_text
+    from backfill_lib.run.cleanup import staging_exists
+
+    if run_id is None:
+        return StatusDocument(run=None, runs=[RunListItem(
+            run_id=r["run_id"], status=r["status"], request=r["request_name"], target_table=r["target_table"],
+            owner=r["owner"], published_version=r["published_version"],
+            staging_kept=staging_exists(ledger.spark, r["staging_table"]), updated_at=utc_text(r["event_at"]))
+            for r in ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect()])
+    r = ledger.run(run_id)
+    return StatusDocument(runs=None, run=RunDetail(
+        run_id=run_id, status=r["status"], request=r["request_name"], target_table=r["target_table"], owner=r["owner"],
+        reason=r["reason"], staging_table=r["staging_table"], staging_kept=staging_exists(ledger.spark, r["staging_table"]),
+        versions=Versions(target_seen=r["target_version_seen"], pre_publish=r["pre_publish_version"],
+                          published=r["published_version"]),
+        rollback_until=utc_text(r.get("rollback_until")), approved_by=r.get("approved_by"), message=r["message"],
+        partitions=[PartitionStatus(partition=p["partition"], batch=p["batch"], status=p["status"], rows=p["rows"],
+                                    attempt=p["attempt"], started_at=utc_text(p["started_at"]),
+                                    ended_at=utc_text(p["ended_at"]), message=p["message"])
+                    for p in ledger.partitions(run_id)]))
+
+
 @app.command()
-def report(run_id: Annotated[str, typer.Argument(help="The run ID.")]) -> None:
+def report(run_id: Annotated[str, typer.Argument(help="The run ID.")], json_: JsonOption = False) -> None:
     """Write the run's HTML report and Markdown summary (under the local folder's runs/RUN_ID/)."""
     from backfill_lib.core.errors import RunNotFoundError
     from backfill_lib.report.run_report import write_run_report
@@ -409,6 +483,17 @@ def report(run_id: Annotated[str, typer.Argument(help="The run ID.")]) -> None:
     if not spark.catalog.tableExists(ledger.table("runs")):  # read-only: the ledger is not created for a report
         raise RunNotFoundError(f"run {run_id} not found: ledger {ledger.table('runs')} does not exist yet (no run "
                                "was recorded)")
+    if json_:
+        from backfill_lib.report.documents import ReportDocument
+        from backfill_lib.report.run_report import ledger_outcome, outcome_document
+
+        outcome = ledger_outcome(ledger, run_id)
+        write_run_report(spark, settings, run_id, outcome)
+        run_doc = outcome_document(settings, outcome)
+        _State.document = ReportDocument(run_id=run_id, status=run_doc.status, report=run_doc.report,
+                                         totals=run_doc.totals, checks_total=run_doc.checks.total,
+                                         checks_failed=run_doc.checks.failed)
+        return
     html, md = write_run_report(spark, settings, run_id)
     console.print(f"report: {html}\nsummary: {md}", highlight=False)
 
@@ -453,6 +538,9 @@ def main(argv: list[str] | None = None) -> int:
     for c in (console, err_console):
         if not c.is_terminal:  # logs and pipes: do not cut table cells at 80 columns
             c.width = max(c.width, 200)
+    args = sys.argv[1:] if argv is None else list(argv)
+    if JSON_FLAG in args:
+        return main_json(args)
     try:
         # Standalone mode: typer prints usage errors itself and ends every invocation with SystemExit.
         app(args=argv, prog_name="backfill")
@@ -460,15 +548,97 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BackfillError as exc:
-        err_console.print(one_line(f"error: {exc}"), highlight=False, soft_wrap=True, markup=False)
+        _print_error(exc)
         return exc.exit_code
     except Exception as exc:  # the one place unexpected errors are turned into an exit code
         if _State.debug:
             raise
-        hint = " (rerun with --debug for the traceback)"
-        line = one_line(f"error: unexpected {type(exc).__name__}: {first_line(exc)}", MESSAGE_LIMIT - len(hint))
-        err_console.print(line + hint, highlight=False, soft_wrap=True, markup=False)
+        _print_unexpected(exc)
         return 1
+
+
+def _print_error(exc: BackfillError) -> str:
+    """Print ``error: <message>`` on stderr; return the message (one line)."""
+    line = one_line(f"error: {exc}")
+    err_console.print(line, highlight=False, soft_wrap=True, markup=False)
+    return line.removeprefix("error: ")
+
+
+def _print_unexpected(exc: Exception) -> str:
+    """Print an unexpected error's one line and the --debug hint on stderr; return the message."""
+    hint = " (rerun with --debug for the traceback)"
+    line = one_line(f"error: unexpected {type(exc).__name__}: {first_line(exc)}", MESSAGE_LIMIT - len(hint))
+    err_console.print(line + hint, highlight=False, soft_wrap=True, markup=False)
+    return line.removeprefix("error: ")
+
+
+@contextmanager
+def stdout_to_stderr():
+    """While the command runs under ``--json``, whatever is written to stdout goes to stderr: the consoles,
+    ``print``, and, when stdout is a file descriptor (not a test's capture), descriptor 1 itself, so the JVM and
+    its Python workers started meanwhile inherit stderr as their stdout. stdout is back afterwards."""
+    real = sys.stdout
+    real.flush()
+    fd = saved = None
+    try:
+        fd, err_fd = real.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: a captured stream
+        fd = None
+    if fd is not None:
+        sys.stderr.flush()
+        saved = os.dup(fd)
+        os.dup2(err_fd, fd)
+    was_stderr = console.stderr
+    console.stderr = True
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        console.stderr = was_stderr
+        real.flush()  # anything held in the real stream's buffer belongs to stderr too
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+def main_json(args: list[str]) -> int:
+    """:func:`main` for a command line with ``--json``: the command's document, or an ``error`` document
+    (``error_class``, ``message``, ``exit_code``, ``run_id``) when it fails, is the only thing on stdout;
+    the usual messages go to stderr and the exit code is the one without ``--json``."""
+    from backfill_lib.report.documents import ErrorDocument, to_json
+
+    _State.document, _State.run_id = None, None
+    error: tuple[str, str] | None = None
+    with stdout_to_stderr():
+        try:
+            # not standalone: click's usage errors come here, to become error documents too
+            result = app(args=args, prog_name="backfill", standalone_mode=False)
+            code = result if isinstance(result, int) else 0
+        except typer.TyperException as exc:  # typer's click: UsageError, NoSuchOption, BadParameter, ...
+            if hasattr(exc, "show"):
+                exc.show()  # usage and message on stderr, as without --json
+            else:
+                err_console.print(f"Error: {exc}", highlight=False, markup=False)
+            message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+            code, error = getattr(exc, "exit_code", 2), (type(exc).__name__, one_line(message))
+        except typer.Abort:
+            err_console.print("Aborted!", highlight=False)
+            code, error = 1, ("Abort", "aborted")
+        except BackfillError as exc:
+            code, error = exc.exit_code, (type(exc).__name__, _print_error(exc))
+        except Exception as exc:
+            if _State.debug:
+                raise
+            code, error = 1, (type(exc).__name__, _print_unexpected(exc))
+    if error is None and code != 0:  # click's Exit with a code (typer turns Ctrl-C into Exit(130))
+        error = ("Exit", f"exited with code {code}")
+    document = (ErrorDocument(error_class=error[0], message=error[1], exit_code=code, run_id=_State.run_id)
+                if error is not None else _State.document)
+    if document is not None:  # --help prints no document
+        sys.stdout.write(to_json(document))
+        sys.stdout.flush()
+    return code
 
 
 def console_main() -> None:

@@ -78,6 +78,8 @@ class Runner:
         #: ``--concurrent``: start even when another run holds an overlapping range (the fence still guards)
         self.concurrent = False
         self._mart_plans: dict[tuple[str, int], BackfillPlan] = {}
+        #: the outcome each run reported last, by run ID (``backfill run --json`` prints its document)
+        self.outcomes: dict[str, RunOutcome] = {}
         self.validator = Validate(spark, settings, self.ledger)
         self.rollbacks = Rollback(spark, self.ledger, self.write_report)
         self.publisher = Publish(spark, settings, self.ledger, self.rollbacks)
@@ -391,6 +393,7 @@ class Runner:
         from the ledger; a failure to write it is logged, never raised over the run's own outcome."""
         try:
             outcome = outcome or ledger_outcome(self.ledger, plan.run_id)
+            self.outcomes[plan.run_id] = outcome
             html, _ = write_run_report(self.spark, self.settings, plan.run_id, outcome)
             Reporter(self.console, plan.run_id).stage(f"report: {html}")
         except Exception as exc:  # the report must not mask the run's result

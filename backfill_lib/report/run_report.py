@@ -22,7 +22,8 @@ from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import key_order
 from backfill_lib.core.settings import Settings
 from backfill_lib.plan.model import plan_from_summary
-from backfill_lib.report.render import MetricPoint, PartitionRow, ReportData, write_report
+from backfill_lib.report.documents import RunDocument, partition_rows, run_document, write_summary
+from backfill_lib.report.render import MetricPoint, ReportData, write_report
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.run.staging import staged_rows as read_staged_rows
 from backfill_lib.strategies.kinds import kind_for
@@ -116,20 +117,7 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
     request = plan["request"]
     metric = request.get("report_metric") or "count(*)"
     partitions, diffs, checks = outcome.rows, outcome.diffs, outcome.checks
-    failed = {c.partition for c in checks if not c.success}
-    before_rows = plan.get("current_rows", {})
-    rows = []
-    for key in sorted(set(partitions) | set(diffs) | set(before_rows)):
-        d = diffs.get(key, {})
-        rows.append(
-            PartitionRow(
-                key,
-                before_rows.get(key),
-                partitions.get(key),
-                d.get("inserted"), d.get("deleted"), d.get("updated"), d.get("unchanged"),
-                "failed" if key in failed else "passed",
-            )
-        )
+    rows = partition_rows(plan, partitions, diffs, checks)  # the same lines as the run's summary.json
     total = plan["current"]
     lines = (
         f"range {plan['range_start']} .. {plan['range_end_exclusive']} (end exclusive), {plan['partitions']} partitions "
@@ -163,15 +151,22 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
     )
 
 
+def outcome_document(settings: Settings, outcome: RunOutcome) -> RunDocument:
+    """The run document (``backfill run --json``, ``runs/RUN_ID/summary.json``) of a run's outcome."""
+    return run_document(outcome.run, outcome.rows, outcome.checks, outcome.diffs,
+                        report_dir(settings, outcome.run["run_id"]))
+
+
 def report_dir(settings: Settings, run_id: str) -> Path:
     return settings.runs_dir / run_id
 
 
 def write_run_report(spark: SparkSession, settings: Settings, run_id: str,
                      outcome: RunOutcome | None = None) -> tuple[Path, Path]:
-    """Write ``report.html`` and ``report.md`` for ``run_id`` from ``outcome``, or from the ledger when it is
-    ``None``; return their paths."""
+    """Write ``report.html``, ``report.md`` and ``summary.json`` (:func:`outcome_document`) for ``run_id`` from
+    ``outcome``, or from the ledger when it is ``None``; return the paths of the first two."""
     outcome = outcome or ledger_outcome(Ledger(spark, settings.ledger_schema), run_id)
     folder = report_dir(settings, run_id)
+    write_summary(folder, outcome_document(settings, outcome))
     docs = Path("data_docs/index.html") if (folder / "data_docs" / "index.html").exists() else None
     return write_report(folder, build_report_data(spark, outcome, docs))
