@@ -29,6 +29,7 @@ PURE_MODULES = tuple(sorted(f"backfill_lib.core.{p.stem}" for p in (ROOT / "back
     "backfill_lib.plan.generated",
     "backfill_lib.validate.gates",
     "backfill_lib.report.render",
+    "backfill_lib.report.documents",
 )
 
 #: installs the blocking finder, proves it blocks, and checks at exit that nothing asked for a blocked package
