@@ -359,7 +359,8 @@ class StatusDocument(_Document):
 
 class HistoryVersion(_Model):
     version: int
-    committed: str = Field(description="Commit time, yyyy-MM-dd HH:mm:ss+00:00 (UTC).")
+    committed: str = Field(description="Commit time as history prints it: yyyy-MM-dd HH:mm:ss and the UTC "
+                                       "offset (Z for UTC).")
     operation: str
     action: str = Field(description="publish, restore (automatic) or rollback.")
     run_id: str

@@ -100,6 +100,21 @@ def test_errors_before_spark_print_an_error_document_with_the_exit_code(tmp_path
     assert "--no-such-option" in doc["message"] and "--no-such-option" in err
 
 
+def test_under_json_print_descriptor_1_and_child_processes_write_to_stderr():
+    import subprocess
+    import sys
+
+    code = ("import os, subprocess, sys\n"
+            "from backfill_lib.cli import console, stdout_to_stderr\n"
+            "with stdout_to_stderr():\n"
+            "    print('print'); console.print('console'); sys.stdout.flush(); os.write(1, b'descriptor\\n')\n"
+            "    subprocess.run(['echo', 'child'], check=True)  # as the JVM, started inside, inherits it\n"
+            "print('the document')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "the document\n"
+    assert done.stderr.split() == ["print", "console", "descriptor", "child"]
+
+
 def test_plan_run_status_history_report_through_the_cli(spark, settings, db, tmp_path, capsys):
     from backfill_lib.adapters.delta_log import current_version
     from backfill_lib.cli import main
