@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from backfill_lib.core.date_parts import hour_key, parts_predicate
-from backfill_lib.core.errors import IntakeError, RequestError
+from backfill_lib.core.errors import IntakeError, PartitionError, RequestError
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import Grain, RowFilter, enumerate_partitions, half_open
 from backfill_lib.core.table_state import Column, PartitionStats, TableState
@@ -131,6 +131,40 @@ def test_a_parts_plan_takes_its_cost_from_the_log_and_publishes_on_the_integer_c
                                "partition's cost sums its files over region")
     assert lines["publish statement"] == (
         "replaceWhere on db.events: (`y` = 2024 AND `m` = 3 AND `d` BETWEEN 8 AND 10) AND ((region = 'EU'))")
+
+
+def test_hour_parts_on_a_spring_forward_night_plan_no_hour_2_and_a_row_there_is_a_stray_row():
+    from backfill_lib.plan.model import stats_by_key
+    from backfill_lib.run.staging import _stray_message
+
+    ny = "America/New_York"
+    hours = {"table": "db.events", "partition_columns": {**YMD, "hour": "h"}, "grain": "hour"}
+    columns, spec = (*COLUMNS, Column("h", "int")), ("y", "m", "d", "h")
+    # the log holds 2024-03-09 21:00 EST and a file of the skipped wall-clock hour 02 (keyed by its text), which
+    # read as a UTC hour would be that same instant, 2024-03-10T02:00Z
+    log = {"2024-03-09T21:00:00-05:00": PartitionStats(1, 100, 7, "real"), "2024-03-10T02": PartitionStats(1, 10, 1, "stray")}
+    plan = plan_of(parts_request(hours, "2024-03-09", "2024-03-10", time_zone=ny), table(log, columns, spec))
+    assert len(plan.partitions) == 24 + 23
+    night = [p for p in plan.partitions if p.key.startswith("2024-03-10T0")]
+    assert [p.key[11:] for p in night[:3]] == ["00:00:00-05:00", "01:00:00-05:00", "03:00:00-04:00"]
+    assert next(p.current for p in plan.partitions if p.key == "2024-03-09T21:00:00-05:00") == log[
+        "2024-03-09T21:00:00-05:00"]  # not the stray file's stats
+    assert stats_by_key(log, Grain.HOUR, ny, keyed=True) == log  # the fence keys them alike
+    # a row with h = 2 renders the text no planned partition has, the predicate leaves it out, and staging names it
+    keys = plan.partition_keys
+    assert keys.key_of_row({"y": 2024, "m": 3, "d": 10, "h": 2}) == "2024-03-10T02"
+    assert "2024-03-10T02" not in {p.key for p in plan.partitions}
+    assert "`h` BETWEEN 0 AND 1) OR (`y` = 2024 AND `m` = 3 AND `d` = 10 AND `h` BETWEEN 3 AND 23)" in plan.predicate()
+    last = plan.batches[-1]
+    assert _stray_message(plan, last, [{"p": "2024-03-10T02", "in_range": False, "in_where": True, "count": 1}]) == (
+        f"source s.sql produced rows outside batch {last.index} [{last.keys[0]} .. {last.keys[-1]}] of db.events: "
+        "partition 2024-03-10T02 (1 row); nothing written")
+    # a rebuild plans the table's partitions: the skipped hour is refused, not read as a UTC hour
+    whole = BackfillRequest.model_validate({**parts_request(hours, time_zone=ny).model_dump(), "range": None,
+                                            "strategy": "rebuild"})
+    with pytest.raises(PartitionError, match="^table db.events holds integer date parts 2024-03-10T02, which name no "
+                                             "hour of America/New_York"):
+        plan_of(whole, table(log, columns, spec))
 
 
 def test_parts_that_do_not_fit_the_table_are_refused_at_intake():
