@@ -301,3 +301,37 @@ def test_patch_of_a_year_month_day_table_then_rollback_and_a_rebuild(spark, sett
                        ignore_row_order=True, ignore_nullable=True)
     detail = spark.sql(f"DESCRIBE DETAIL {db}.events").first()
     assert list(detail["partitionColumns"]) == ["y", "m", "d"]
+
+
+def test_recompute_of_one_day_of_a_table_whose_parts_are_generated_from_a_timestamp(spark, settings, db, tmp_path):
+    from chispa import assert_df_equality
+
+    from backfill_lib.adapters.delta_log import current_version
+
+    spark.sql(f"CREATE TABLE {db}.events (id INT, ts TIMESTAMP, v INT, y INT GENERATED ALWAYS AS (year(ts)), "
+              "m INT GENERATED ALWAYS AS (month(ts)), d INT GENERATED ALWAYS AS (day(ts))) USING delta "
+              "PARTITIONED BY (y, m, d)")
+    spark.sql(f"INSERT INTO {db}.events (id, ts, v) VALUES (1, TIMESTAMP'2024-03-08 12:00:00Z', 1), "
+              "(2, TIMESTAMP'2024-03-09 12:00:00Z', 2), (3, TIMESTAMP'2024-03-09 15:00:00Z', 3), "
+              "(4, TIMESTAMP'2024-03-10 12:00:00Z', 4), (5, TIMESTAMP'2024-02-09 12:00:00Z', 5)")
+    # the source omits the parts: the run computes them by their expressions, as Delta would on write
+    request = parts_file(tmp_path, db, f"SELECT id, ts, v * 10 AS v FROM {db}.events "
+                                       "WHERE ts >= :range_start AND ts < :range_end "
+                                       "UNION ALL SELECT 6, TIMESTAMP'2024-03-09 20:00:00Z', 60")
+    outside = "NOT (y = 2024 AND m = 3 AND d = 9)"
+    before_files, before_version = files_of(spark, f"{db}.events", outside), current_version(spark, f"{db}.events")
+
+    result = run(spark, settings, request)
+
+    assert result.status == "published"
+    assert [(p.key, p.current.rows) for p in result.plan.partitions] == [("2024-03-09", 2)]
+    expected = spark.sql(
+        "SELECT id, CAST(ts AS TIMESTAMP) AS ts, v, year(ts) AS y, month(ts) AS m, day(ts) AS d FROM VALUES "
+        "(1, TIMESTAMP'2024-03-08 12:00:00Z', 1), (2, TIMESTAMP'2024-03-09 12:00:00Z', 20), "
+        "(3, TIMESTAMP'2024-03-09 15:00:00Z', 30), (6, TIMESTAMP'2024-03-09 20:00:00Z', 60), "
+        "(4, TIMESTAMP'2024-03-10 12:00:00Z', 4), (5, TIMESTAMP'2024-02-09 12:00:00Z', 5) AS r(id, ts, v)")
+    assert_df_equality(spark.table(f"{db}.events"), expected, ignore_row_order=True, ignore_nullable=True)
+    assert sorted(tuple(r) for r in spark.table(f"{db}.events").select("id", "y", "m", "d").collect()) == [
+        (1, 2024, 3, 8), (2, 2024, 3, 9), (3, 2024, 3, 9), (4, 2024, 3, 10), (5, 2024, 2, 9), (6, 2024, 3, 9)]
+    assert current_version(spark, f"{db}.events") == before_version + 1 == result.published_version
+    assert files_of(spark, f"{db}.events", outside) == before_files  # other days (and 2024-02-09): same files
