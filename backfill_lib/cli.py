@@ -137,7 +137,9 @@ def run(
                                                   "ledger has it for the same request, the run is resumed.")] = None,
     approve: Annotated[Optional[str], typer.Option(help=APPROVE_HELP)] = None,
     after: Annotated[Optional[str], typer.Option("--after", help="Wait until this run is final (or its lease "
-                                                 "expired) before taking the range.")] = None,
+                                                 "expired) before taking the range. A run of another table is "
+                                                 "waited for too (it orders this run after an upstream backfill), "
+                                                 "with a note: it frees no range of this target.")] = None,
     concurrent: Annotated[bool, typer.Option("--concurrent", help="Run even when another run that is not final "
                                              "holds an overlapping range (the fence still guards the publish).")] = False,
     json_: JsonOption = False,
@@ -152,7 +154,7 @@ def run(
     from backfill_lib.runner import Runner, prepare
 
     settings = _settings()
-    load_request(request)
+    checked = load_request(request)
     if run_id is not None:
         check_run_id(run_id)
     spark = _spark(settings)
@@ -160,7 +162,7 @@ def run(
     runner.approved_by = approve
     runner.concurrent = concurrent
     if after is not None:
-        runner.wait_for(after)
+        runner.wait_for(after, checked.target.table)
     the_plan, state = prepare(spark, settings, request, run_id=run_id)
     try:
         with cancel_on_signals(runner, the_plan.run_id):
@@ -389,7 +391,7 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     """Show runs from the ledger, or one run and its partitions."""
     from pyspark.sql import functions as F
 
-    from backfill_lib.run.cleanup import staging_exists
+    from backfill_lib.run.cleanup import staging_exists, staging_kept
     from backfill_lib.run.ledger import Ledger
 
     settings = _settings()
@@ -402,10 +404,12 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
         table = Table(title="Runs (latest first)", title_justify="left")
         for col in ("run ID", "status", "request", "target", "owner", "published version", "staging", "updated (UTC)"):
             table.add_column(col)
-        for r in ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect():
+        latest = ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect()
+        kept = staging_kept(ledger.spark, [r["staging_table"] for r in latest])
+        for r in latest:
             table.add_row(r["run_id"], r["status"], r["request_name"], escape(r["target_table"] or ""), r["owner"],
                           "" if r["published_version"] is None else str(r["published_version"]),
-                          "kept" if staging_exists(ledger.spark, r["staging_table"]) else "none",
+                          "kept" if r["staging_table"] in kept else "none",
                           str(r["event_at"]))
         console.print(table)
         return

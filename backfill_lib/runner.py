@@ -151,10 +151,13 @@ class Runner:
                           end=plan.range_end, time_zone=r.time_zone, planned_seq=planned_seq,
                           last_event_at=utc_now())
 
-    def wait_for(self, run_id: str) -> str:
+    def wait_for(self, run_id: str, table: str | None = None) -> str:
         """Wait until ``run_id`` is final or its lease expired (``--after``; checked every
-        ``settings.lease_poll_seconds``), before the caller plans: a plan made earlier would meet the fence once
-        that run publishes. Returns the run's status then.
+        ``settings.lease_poll_seconds``, :func:`~backfill_lib.core.leases.wait_is_over`), before the caller plans:
+        a plan made earlier would meet the fence once that run publishes. Returns the run's status then.
+
+        ``run_id`` may be a run of another table than ``table`` (the caller's target, when given): the wait then
+        orders the caller after it and says so once (:func:`~backfill_lib.core.leases.after_note`).
 
         Raises
         ------
@@ -163,20 +166,23 @@ class Runner:
         """
         import time
 
-        from backfill_lib.core.leases import RELEASED
+        from backfill_lib.core.leases import after_note, wait_is_over
 
         self.ledger.ensure()
         said = None
+        other = self.ledger.run(run_id)
+        note = after_note(run_id, other["target_table"] or "", table) if table else None
+        if note:
+            Reporter(self.console, run_id).stage(note)
         while True:
-            other = self.ledger.run(run_id)
             held = [lease for lease in self.ledger.leases(other["target_table"] or "") if lease.run_id == run_id]
-            if (other["status"] in RELEASED or not held or not held[0].held
-                    or held[0].expired(utc_now(), self.settings.lease_hours)):
+            if wait_is_over(other["status"], held[0] if held else None, utc_now(), self.settings.lease_hours):
                 return self.ledger.run(run_id)["status"]  # read again: the two reads above may straddle an event
             if other["status"] != said:
                 Reporter(self.console, run_id).stage(f"waiting for run {run_id} ({other['status']}) to be final")
                 said = other["status"]
             time.sleep(self.settings.lease_poll_seconds)
+            other = self.ledger.run(run_id)
 
     def _take_turn(self, plan: BackfillPlan) -> None:
         """Refuse ``plan`` if another run holds an overlapping range of its target."""
@@ -197,8 +203,7 @@ class Runner:
         from backfill_lib.core.errors import LeaseError
         from backfill_lib.core.leases import holding, refusal
 
-        self.ledger.flush()
-        leases = self.ledger.leases(plan.target_table)
+        leases = self.ledger.leases(plan.target_table)  # flushes first: the planned event is committed before the read
         own = next((lease for lease in leases if lease.run_id == plan.run_id), None)
         if own is None:
             return

@@ -415,9 +415,9 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str | Part
         partition_column = partition_column.column
     typed = parts is not None or where is not None
     # Names no partition column has: ``where`` reads the partition columns beside them by their own names.
+    plain = () if parts is not None else (values.getItem(partition_value_key(snapshot, partition_column)),)
     selected = files.select(
-        (F.lit(None) if parts is not None
-         else values.getItem(partition_value_key(snapshot, partition_column))).alias("__bf_p"),
+        *(value.alias("__bf_p") for value in plain),
         F.col("path").alias("__bf_path"),
         F.col("size").alias("__bf_size"),
         (F.get_json_object("stats", "$.numRecords").cast("long") - deleted).alias("__bf_n"),
@@ -425,11 +425,11 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str | Part
     )
     if where is not None:
         selected = selected.where(F.coalesce(F.expr(where), F.lit(False)))
-    if parts is not None:  # the integer parts' values form the key, as the plan renders it
-        selected = selected.withColumn("__bf_p", parts.expr())
+    # the integer parts' values form the key, as the plan renders it, from the typed values selected above
+    key = parts.expr() if parts is not None else F.col("__bf_p")
     rows = (
         selected
-        .groupBy(F.col("__bf_p").alias("p"))
+        .groupBy(key.alias("p"))
         .agg(
             F.count("*").alias("files"),
             F.sum("__bf_size").alias("bytes"),

@@ -130,3 +130,23 @@ def refusal(mine: Lease, held: list[Lease], lease_hours: float) -> str:
             f"{first.run_id}`), wait for it (--after {first.run_id}), release it (`backfill abandon {first.run_id} "
             f"--reason TEXT`) or run beside it (--concurrent); a lease also expires {lease_hours:g} hours after its "
             "run's last event")
+
+
+def wait_is_over(status: str, lease: Lease | None, now: datetime, lease_hours: float) -> bool:
+    """Whether ``--after`` stops waiting for a run whose latest status is ``status`` and whose lease is ``lease``
+    (``None``: it has none): when the run is final, holds no lease (a refusal that would repeat) or its lease
+    expired (no event for ``lease_hours`` up to ``now``, UTC). The run's table plays no part (see
+    :func:`after_note`)."""
+    return status in RELEASED or lease is None or not lease.held or lease.expired(now, lease_hours)
+
+
+def after_note(run_id: str, its_table: str, table: str) -> str | None:
+    """What ``--after run_id`` says when that run backfills ``its_table``, another table than this request's
+    ``table`` (compared by :func:`~backfill_lib.core.table_names.same_table_key`); ``None`` for the same table.
+
+    Such a wait is allowed: it orders this run after that one (an upstream table whose rows this request's source
+    reads), but it frees nothing on ``table``, whose runs this run's own lease check still meets."""
+    if same_table_key(its_table) == same_table_key(table):
+        return None
+    return (f"run {run_id} backfills {its_table}, not {table}: waiting orders this run after it (use it when this "
+            f"request reads {its_table}); it holds no range of {table}")

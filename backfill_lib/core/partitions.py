@@ -242,9 +242,14 @@ def keys_predicate(column: str, keys: list[str], qualifier: str = "", shown: int
 
 
 def partitions_predicate(column: str, partitions: list[Partition], qualifier: str = "", formatted: bool = False,
-                         shown: int | None = None) -> str:
+                         shown: int | None = None, *, parts: tuple[str, ...] = (), grain: Grain | None = None,
+                         time_zone: str = "UTC") -> str:
     """The SQL predicate selecting exactly ``partitions`` of ``column`` (an OR of contiguous ranges; for a
     ``formatted`` string column, the keys: :func:`keys_predicate`). ``qualifier``: a table alias.
+
+    With integer date-part columns ``parts`` (widest first, those of ``grain``; ``column`` is then their label),
+    the predicate on those columns: :func:`backfill_lib.core.date_parts.parts_predicate` (an hour's values in
+    ``time_zone``'s wall clock).
 
     Raises
     ------
@@ -253,6 +258,10 @@ def partitions_predicate(column: str, partitions: list[Partition], qualifier: st
     """
     if not partitions:
         raise PartitionError("no partitions to build a predicate for")
+    if parts:
+        from backfill_lib.core.date_parts import parts_predicate  # date_parts builds on this module
+
+        return parts_predicate(parts, partitions, grain, time_zone, qualifier)
     if formatted:
         return keys_predicate(column, [p.key for p in sorted(partitions)], qualifier, shown)
     runs = contiguous_runs(partitions)

@@ -70,7 +70,9 @@ def check_columns_fit(where: str, columns: Sequence[Column], request: BackfillRe
     """Raise :class:`IntakeError` starting with ``where`` (``table NAME``, or a source file) unless ``columns``
     hold the request's partition column, of the type its grain needs (``date`` for day and month, ``timestamp``
     for hour; ``string`` with a ``partition_format``; a ``data_column`` may also be a ``timestamp`` for day and
-    month), and every key column. The one check of both sides: the target at plan time, a rebuild's source
+    month), and every key column. With integer date parts (``target.partition_columns``) the partition column is
+    their label, no column: each part must be an integer column instead (:func:`_check_parts_fit`;
+    ``data_column`` does not apply). The one check of both sides: the target at plan time, a rebuild's source
     (whose other columns may change) at run time."""
     target = request.target
     if target.partition_columns is not None:

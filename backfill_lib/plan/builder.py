@@ -51,21 +51,23 @@ def batch_partitions(planned: list[PlannedPartition], source_input: SourceInput,
 
 
 def _with_current_stats(parts: list[Partition], partitions: dict[str, PartitionStats], grain,
-                        formatted: bool = False) -> list[PlannedPartition]:
+                        keyed: bool = False) -> list[PlannedPartition]:
     """Each partition with the target's stats for it. Hours are matched by their UTC start, which parses
     Delta's value once per partition instead of building a second set of keys (planning ten years of hours
-    stays linear and fast); a formatted string column's values are the keys."""
+    stays linear and fast); ``keyed``: the stats are keyed by plan keys already (a formatted string column's
+    values; integer date parts' keys, where a text that names no hour, ``2024-03-10T02`` of a spring-forward
+    night, must not be read as a UTC hour: it is no planned partition's)."""
     from backfill_lib.core.partitions import Grain
 
     empty = PartitionStats()
-    if grain is not Grain.HOUR or formatted:
+    if grain is not Grain.HOUR or keyed:
         return [PlannedPartition(p, partitions.get(p.key, empty)) for p in parts]
     by_start = {}
     for value, stats in partitions.items():
         try:
             if value is not None:
                 by_start[hour_value_start(value)] = stats
-        except PartitionError:  # integer hour parts that name no hour (2024-02-30T03): no planned partition's
+        except PartitionError:  # a value that is no timestamp: no planned partition's
             pass
     return [PlannedPartition(p, by_start.get(p.start.astimezone(timezone.utc), empty)) for p in parts]
 
@@ -164,7 +166,8 @@ def build_plan(
         parts, planned, range_files, no_stats = _data_column_partitions(request, state, bounds)
         start, end = (parts[0].start, parts[-1].end) if parts else (bounds or (None, None))
     elif bounds is None:
-        parts = sorted({_partition_of_value(k, grain, tz, fmt, state) for k in state.partitions if k is not None})
+        parts = sorted({_partition_of_value(k, grain, tz, fmt, state, target.partition_columns is not None)
+                        for k in state.partitions if k is not None})
         start, end = (parts[0].start, parts[-1].end) if parts else (None, None)
     else:
         start, end = bounds
@@ -174,7 +177,8 @@ def build_plan(
         if target.partition_columns is not None and grain is Grain.HOUR:
             _check_hour_parts(request, parts)
     if not data_column:
-        planned = _with_current_stats(parts, state.partitions, grain, fmt is not None)
+        planned = _with_current_stats(parts, state.partitions, grain,
+                                      fmt is not None or target.partition_columns is not None)
     if request.strategy.whole_table:  # one CREATE OR REPLACE of the staging table
         size = len(planned) or 1
     else:
@@ -236,15 +240,31 @@ def _data_column_partitions(request: BackfillRequest, state: TableState, bounds)
     return parts, planned, cost, no_stats
 
 
-def _partition_of_value(value: str, grain, time_zone: str, fmt: str | None, state: TableState) -> Partition:
-    """The partition a Delta partition value of ``state`` names; a value not in ``fmt`` is an intake error."""
+def _partition_of_value(value: str, grain, time_zone: str, fmt: str | None, state: TableState,
+                        keyed: bool = False) -> Partition:
+    """The partition a Delta partition value of ``state`` names; a value not in ``fmt`` is an intake error.
+    ``keyed``: ``value`` is an integer date parts' key (:class:`~backfill_lib.core.partition_keys.PartitionKeys`),
+    so it must be a plan key itself: the text of an hour a spring-forward skips (``2024-03-10T02``) is refused, not
+    read as a UTC hour.
+
+    Raises
+    ------
+    PartitionError
+        When ``value`` names no partition of ``grain`` (``keyed``: no date or hour of ``time_zone``).
+    IntakeError
+        When ``value`` does not match ``fmt``.
+    """
     try:
-        return partition_of_key(value, grain, time_zone, fmt)
+        found = partition_of_key(value, grain, time_zone, fmt)
     except PartitionError as exc:
         if fmt is None:
             raise
         raise IntakeError(f"table {state.name} holds partition value '{value}', which does not match "
                           f"target.partition_format {fmt}: {exc}") from None
+    if keyed and found.key != value:
+        raise PartitionError(f"table {state.name} holds integer date parts {value}, which name no {grain.value} of "
+                             f"{time_zone} (a wall-clock hour a daylight-saving spring-forward skips)")
+    return found
 
 
 def _check_hour_parts(request: BackfillRequest, parts: list[Partition]) -> None:

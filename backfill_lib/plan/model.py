@@ -220,12 +220,8 @@ class BackfillPlan:
         shortened ``IN`` list, for people)."""
         chosen = partitions if partitions is not None else [p.partition for p in self.partitions]
         if self.date_parts:
-            from backfill_lib.core.date_parts import parts_predicate
-
-            if not chosen:
-                raise PartitionError("no partitions to build a predicate for")
-            return parts_predicate(self.date_parts, chosen, self.request.target.grain, self.request.time_zone,
-                                   qualifier)
+            return partitions_predicate(self.partition_column, chosen, qualifier, parts=self.date_parts,
+                                        grain=self.request.target.grain, time_zone=self.request.time_zone)
         if self.range_in_data and self.range_type == "timestamp":  # days of a timestamp: local midnights, in UTC
             from backfill_lib.core.file_ranges import instant_bounds
 
@@ -292,20 +288,25 @@ class BackfillPlan:
 
 
 def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str,
-                 fmt: str | None = None) -> dict[str, PartitionStats]:
-    """Delta's partition values keyed as the plan keys them. Day and month values already match, and so do a
-    formatted string column's (``fmt``; a value not in the format matches no plan key); Delta writes timestamp
-    values as UTC (``2024-03-10T07:00:00.000000Z``), which become local keys of the request's zone."""
+                 fmt: str | None = None, *, keyed: bool = False) -> dict[str, PartitionStats]:
+    """Stats by partition value (from the Delta log) keyed as the plan keys them.
+
+    Returned as they are when the values are plan keys already: day and month values, a formatted string
+    column's (``fmt``; a value not in the format matches no plan key), and ``keyed`` ones (integer date parts,
+    keyed by :class:`~backfill_lib.core.partition_keys.PartitionKeys`: a text that names no date or hour, such as
+    ``2024-03-10T02`` of a New York spring-forward night, stays as it is and matches no plan key). Delta's
+    timestamp hour values (UTC: ``2024-03-10T07:00:00.000000Z``) become local keys of ``time_zone``; a ``None``
+    value, or one that is no timestamp, is left out."""
     from backfill_lib.core.partitions import Grain
 
-    if grain is not Grain.HOUR or fmt is not None:
+    if grain is not Grain.HOUR or fmt is not None or keyed:
         return partitions
     out = {}
     for k, v in partitions.items():
         try:
             if k is not None:
                 out[partition_of_key(k, grain, time_zone).key] = v
-        except PartitionError:  # integer hour parts that name no hour: no plan key is theirs
+        except PartitionError:  # no timestamp: no plan key is its
             pass
     return out
 

@@ -141,7 +141,7 @@ def _range_stats(spark: SparkSession, plan: BackfillPlan, snapshot) -> dict[str,
         return overlap_stats([p.partition for p in plan.partitions], files, request.target.grain,
                              request.time_zone, plan.range_type == "timestamp")
     return stats_by_key(partition_stats(spark, plan.target_table, plan.partition_keys, snapshot, where=where),
-                        request.target.grain, request.time_zone, plan.partition_format)
+                        request.target.grain, request.time_zone, plan.partition_format, keyed=bool(plan.date_parts))
 
 
 def _committed_by(spark: SparkSession, plan: BackfillPlan) -> str:

@@ -24,6 +24,7 @@ from backfill_lib.core.settings import Settings
 from backfill_lib.plan.model import plan_from_summary
 from backfill_lib.report.documents import RunDocument, partition_rows, run_document, write_summary
 from backfill_lib.report.render import MetricPoint, ReportData, write_report
+from backfill_lib.run.cleanup import staging_exists
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.run.staging import staged_rows as read_staged_rows
 from backfill_lib.strategies.kinds import kind_for
@@ -41,8 +42,10 @@ def _is_row_count(metric: str) -> bool:
 
 
 def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
-                  staged_rows: dict[str, int | None] | None = None) -> tuple[MetricPoint, ...]:
-    """``metric`` per partition on the target as the plan saw it and on the run's staging table.
+                  staged_rows: dict[str, int | None] | None = None,
+                  staging_there: bool | None = None) -> tuple[MetricPoint, ...]:
+    """``metric`` per partition on the target as the plan saw it and on the run's staging table
+    (``staging_there``: whether that table exists, if the caller knows; ``None``: asked here when needed).
 
     A row count (``count(*)``) is not recomputed when both sides are known: before from the plan's Delta-log
     rows, after from ``staged_rows`` (the ledger's staged rows per partition, counted in the staging
@@ -57,8 +60,9 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
     # in the run's zone, as the run computed everything else (``report_metric`` may use one, e.g. hour(ts))
     with session_time_zone(spark, planned.session_time_zone, f"run {run['run_id']}"):
         before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])
-        after_df = (read_staged_rows(spark, run["staging_table"]) if spark.catalog.tableExists(run["staging_table"])
-                    else None)
+        if staging_there is None:
+            staging_there = staging_exists(spark, run["staging_table"])
+        after_df = read_staged_rows(spark, run["staging_table"]) if staging_there else None
         if plan["request"].get("range") and keys:
             pred = planned.predicate()
             before_df = before_df.where(pred)
@@ -119,12 +123,13 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
     partitions, diffs, checks = outcome.rows, outcome.diffs, outcome.checks
     rows = partition_rows(plan, partitions, diffs, checks)  # the same lines as the run's summary.json
     total = plan["current"]
+    staging_there = staging_exists(spark, run["staging_table"])  # one catalog call for the line and the chart
     lines = (
         f"range {plan['range_start']} .. {plan['range_end_exclusive']} (end exclusive), {plan['partitions']} partitions "
         f"in {len(plan['batches'])} batches",
         f"target data in range before: {total['files']} files, {total['bytes']} bytes, {total['rows']} rows (Delta log)",
         f"staging table {run['staging_table']} ("
-        f"{'kept' if spark.catalog.tableExists(run['staging_table']) else 'not there: never written, or dropped by cleanup'})",
+        f"{'kept' if staging_there else 'not there: never written, or dropped by cleanup'})",
         zone_line(plan),
         f"sources read at (Delta version, pinned for the whole run): {_pins(plan.get('source_versions'))}",
     ) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
@@ -146,7 +151,7 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         partitions=tuple(rows),
         checks=checks,
         metric_name=metric,
-        metric=metric_points(spark, run, plan, metric, partitions),
+        metric=metric_points(spark, run, plan, metric, partitions, staging_there),
         data_docs=docs,
     )
 

@@ -71,6 +71,11 @@ def test_predicate_merges_contiguous_partitions_and_keeps_gaps():
 def test_empty_partition_set_has_no_predicate():
     with pytest.raises(PartitionError, match="no partitions"):
         partitions_predicate("dt", [])
+    with pytest.raises(PartitionError, match="no partitions"):  # integer date parts: the same one check
+        partitions_predicate("y/m/d", [], parts=("y", "m", "d"), grain=Grain.DAY)
+    days = enumerate_partitions(*half_open(date(2024, 3, 9), date(2024, 3, 10), Grain.DAY, NY), Grain.DAY, NY)
+    assert partitions_predicate("y/m/d", days, "t", parts=("y", "m", "d"), grain=Grain.DAY, time_zone=NY) == (
+        "(t.`y` = 2024 AND t.`m` = 3 AND t.`d` BETWEEN 9 AND 10)")
 
 
 def test_timestamp_literal_is_utc():

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from backfill_lib.core.date_parts import hour_key, parts_predicate
-from backfill_lib.core.errors import IntakeError, RequestError
+from backfill_lib.core.errors import IntakeError, PartitionError, RequestError
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import Grain, RowFilter, enumerate_partitions, half_open
 from backfill_lib.core.table_state import Column, PartitionStats, TableState
@@ -131,6 +131,40 @@ def test_a_parts_plan_takes_its_cost_from_the_log_and_publishes_on_the_integer_c
                                "partition's cost sums its files over region")
     assert lines["publish statement"] == (
         "replaceWhere on db.events: (`y` = 2024 AND `m` = 3 AND `d` BETWEEN 8 AND 10) AND ((region = 'EU'))")
+
+
+def test_hour_parts_on_a_spring_forward_night_plan_no_hour_2_and_a_row_there_is_a_stray_row():
+    from backfill_lib.plan.model import stats_by_key
+    from backfill_lib.run.staging import _stray_message
+
+    ny = "America/New_York"
+    hours = {"table": "db.events", "partition_columns": {**YMD, "hour": "h"}, "grain": "hour"}
+    columns, spec = (*COLUMNS, Column("h", "int")), ("y", "m", "d", "h")
+    # the log holds 2024-03-09 21:00 EST and a file of the skipped wall-clock hour 02 (keyed by its text), which
+    # read as a UTC hour would be that same instant, 2024-03-10T02:00Z
+    log = {"2024-03-09T21:00:00-05:00": PartitionStats(1, 100, 7, "real"), "2024-03-10T02": PartitionStats(1, 10, 1, "stray")}
+    plan = plan_of(parts_request(hours, "2024-03-09", "2024-03-10", time_zone=ny), table(log, columns, spec))
+    assert len(plan.partitions) == 24 + 23
+    night = [p for p in plan.partitions if p.key.startswith("2024-03-10T0")]
+    assert [p.key[11:] for p in night[:3]] == ["00:00:00-05:00", "01:00:00-05:00", "03:00:00-04:00"]
+    assert next(p.current for p in plan.partitions if p.key == "2024-03-09T21:00:00-05:00") == log[
+        "2024-03-09T21:00:00-05:00"]  # not the stray file's stats
+    assert stats_by_key(log, Grain.HOUR, ny, keyed=True) == log  # the fence keys them alike
+    # a row with h = 2 renders the text no planned partition has, the predicate leaves it out, and staging names it
+    keys = plan.partition_keys
+    assert keys.key_of_row({"y": 2024, "m": 3, "d": 10, "h": 2}) == "2024-03-10T02"
+    assert "2024-03-10T02" not in {p.key for p in plan.partitions}
+    assert "`h` BETWEEN 0 AND 1) OR (`y` = 2024 AND `m` = 3 AND `d` = 10 AND `h` BETWEEN 3 AND 23)" in plan.predicate()
+    last = plan.batches[-1]
+    assert _stray_message(plan, last, [{"p": "2024-03-10T02", "in_range": False, "in_where": True, "count": 1}]) == (
+        f"source s.sql produced rows outside batch {last.index} [{last.keys[0]} .. {last.keys[-1]}] of db.events: "
+        "partition 2024-03-10T02 (1 row); nothing written")
+    # a rebuild plans the table's partitions: the skipped hour is refused, not read as a UTC hour
+    whole = BackfillRequest.model_validate({**parts_request(hours, time_zone=ny).model_dump(), "range": None,
+                                            "strategy": "rebuild"})
+    with pytest.raises(PartitionError, match="^table db.events holds integer date parts 2024-03-10T02, which name no "
+                                             "hour of America/New_York"):
+        plan_of(whole, table(log, columns, spec))
 
 
 def test_parts_that_do_not_fit_the_table_are_refused_at_intake():
@@ -267,3 +301,37 @@ def test_patch_of_a_year_month_day_table_then_rollback_and_a_rebuild(spark, sett
                        ignore_row_order=True, ignore_nullable=True)
     detail = spark.sql(f"DESCRIBE DETAIL {db}.events").first()
     assert list(detail["partitionColumns"]) == ["y", "m", "d"]
+
+
+def test_recompute_of_one_day_of_a_table_whose_parts_are_generated_from_a_timestamp(spark, settings, db, tmp_path):
+    from chispa import assert_df_equality
+
+    from backfill_lib.adapters.delta_log import current_version
+
+    spark.sql(f"CREATE TABLE {db}.events (id INT, ts TIMESTAMP, v INT, y INT GENERATED ALWAYS AS (year(ts)), "
+              "m INT GENERATED ALWAYS AS (month(ts)), d INT GENERATED ALWAYS AS (day(ts))) USING delta "
+              "PARTITIONED BY (y, m, d)")
+    spark.sql(f"INSERT INTO {db}.events (id, ts, v) VALUES (1, TIMESTAMP'2024-03-08 12:00:00Z', 1), "
+              "(2, TIMESTAMP'2024-03-09 12:00:00Z', 2), (3, TIMESTAMP'2024-03-09 15:00:00Z', 3), "
+              "(4, TIMESTAMP'2024-03-10 12:00:00Z', 4), (5, TIMESTAMP'2024-02-09 12:00:00Z', 5)")
+    # the source omits the parts: the run computes them by their expressions, as Delta would on write
+    request = parts_file(tmp_path, db, f"SELECT id, ts, v * 10 AS v FROM {db}.events "
+                                       "WHERE ts >= :range_start AND ts < :range_end "
+                                       "UNION ALL SELECT 6, TIMESTAMP'2024-03-09 20:00:00Z', 60")
+    outside = "NOT (y = 2024 AND m = 3 AND d = 9)"
+    before_files, before_version = files_of(spark, f"{db}.events", outside), current_version(spark, f"{db}.events")
+
+    result = run(spark, settings, request)
+
+    assert result.status == "published"
+    assert [(p.key, p.current.rows) for p in result.plan.partitions] == [("2024-03-09", 2)]
+    expected = spark.sql(
+        "SELECT id, CAST(ts AS TIMESTAMP) AS ts, v, year(ts) AS y, month(ts) AS m, day(ts) AS d FROM VALUES "
+        "(1, TIMESTAMP'2024-03-08 12:00:00Z', 1), (2, TIMESTAMP'2024-03-09 12:00:00Z', 20), "
+        "(3, TIMESTAMP'2024-03-09 15:00:00Z', 30), (6, TIMESTAMP'2024-03-09 20:00:00Z', 60), "
+        "(4, TIMESTAMP'2024-03-10 12:00:00Z', 4), (5, TIMESTAMP'2024-02-09 12:00:00Z', 5) AS r(id, ts, v)")
+    assert_df_equality(spark.table(f"{db}.events"), expected, ignore_row_order=True, ignore_nullable=True)
+    assert sorted(tuple(r) for r in spark.table(f"{db}.events").select("id", "y", "m", "d").collect()) == [
+        (1, 2024, 3, 8), (2, 2024, 3, 9), (3, 2024, 3, 9), (4, 2024, 3, 10), (5, 2024, 2, 9), (6, 2024, 3, 9)]
+    assert current_version(spark, f"{db}.events") == before_version + 1 == result.published_version
+    assert files_of(spark, f"{db}.events", outside) == before_files  # other days (and 2024-02-09): same files

@@ -47,6 +47,21 @@ def test_leases_conflict_on_overlapping_ranges_of_the_same_table_while_their_run
         "event")
 
 
+def test_after_waits_for_a_run_of_any_table_until_it_is_final_and_notes_another_table():
+    from backfill_lib.core.leases import after_note, wait_is_over
+
+    running = lease("up", date(2024, 3, 1), date(2024, 4, 1), status="staging", table="db.upstream")
+    assert not wait_is_over("staging", running, NOW, 24)
+    assert wait_is_over("published", None, NOW, 24)  # final: its lease is gone from the ledger's list
+    assert wait_is_over("failed", lease("gate", None, None, whole=True, status="failed", resumable=False), NOW, 24)
+    assert wait_is_over("staging", lease("stale", None, None, whole=True, status="staging", age_hours=25), NOW, 24)
+    # the same table in another spelling: no note; another table: waited for, with a note saying what it means
+    assert after_note("up", "DB.Events", "db.`events`") is None
+    assert after_note("up", "db.upstream", "db.events") == (
+        "run up backfills db.upstream, not db.events: waiting orders this run after it (use it when this request "
+        "reads db.upstream); it holds no range of db.events")
+
+
 def test_cleanup_drops_only_staging_of_final_runs_past_the_age_and_outside_the_rollback_window():
     from backfill_lib.core.errors import ConfigError
     from backfill_lib.core.retention import judge_staging, parse_age
@@ -154,6 +169,11 @@ def test_a_second_overlapping_run_is_refused_until_the_first_is_final(spark, set
     dropped = drop_staging(spark, ledger, [v for v in verdicts if v.drop])
     assert sorted(v.run_id for v in dropped) == ["lease_fifth", "lease_fourth", "lease_third"]
     assert not spark.catalog.tableExists(third.staging_table) and spark.catalog.tableExists(first.staging_table)
+    # backfill status's list: one SHOW TABLES per schema; a name in a schema that is gone is not there
+    from backfill_lib.run.cleanup import staging_kept
+
+    assert staging_kept(spark, [first.staging_table.upper(), third.staging_table, None,
+                                "no_such_schema_x.t"]) == {first.staging_table.upper()}
     after = ledger.run("lease_third")
     assert (after["status"], after["message"]) == (
         "abandoned", f"abandoned: superseded by lease_fifth; cleanup dropped staging table {third.staging_table}")

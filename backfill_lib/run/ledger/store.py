@@ -85,14 +85,16 @@ class Ledger(EventWriter):
         w = Window.partitionBy(*keys).orderBy(F.col("seq").desc())
         return df.withColumn("_n", F.row_number().over(w)).where("_n = 1").drop("_n")
 
-    def _fold_runs(self, df: DataFrame) -> DataFrame:
-        """Per run: every column of its latest event, except ``plan_json``: the latest non-null one."""
+    def _fold_runs(self, df: DataFrame, **extra) -> DataFrame:
+        """Per run: every column of its latest event, except ``plan_json``: the latest non-null one; then one
+        column per ``extra`` (name: an aggregate over the run's events)."""
         others = [c for c in df.columns if c not in ("run_id", "plan_json")]
         plan_seq = F.when(F.col("plan_json").isNotNull(), F.col("seq"))
         folded = df.groupBy("run_id").agg(
-            F.max_by(F.struct(*others), "seq").alias("_r"), F.max_by("plan_json", plan_seq).alias("plan_json")
+            F.max_by(F.struct(*others), "seq").alias("_r"), F.max_by("plan_json", plan_seq).alias("plan_json"),
+            *[agg.alias(name) for name, agg in extra.items()],
         )
-        return folded.select(*[F.col(f"_r.{c}").alias(c) if c in others else F.col(c) for c in df.columns])
+        return folded.select(*[F.col(f"_r.{c}").alias(c) if c in others else F.col(c) for c in df.columns], *extra)
 
     def runs(self) -> DataFrame:
         """The latest record of every run."""
@@ -102,15 +104,21 @@ class Ledger(EventWriter):
     def leases(self, table: str) -> list:
         """The :class:`~backfill_lib.core.leases.Lease` of every run of ``table`` (any spelling) whose latest
         status is not final (not in :data:`~backfill_lib.core.leases.RELEASED`); expired ones and failed runs that
-        hold none (:attr:`~backfill_lib.core.leases.Lease.held`) included."""
+        hold none (:attr:`~backfill_lib.core.leases.Lease.held`) included.
+
+        One read of the ``runs`` table, folded once (each run's first ``seq`` taken in the same fold), of the events
+        of ``table`` only: the ledger stores a run's target in its canonical spelling, whose lower-cased form is
+        :func:`~backfill_lib.core.table_names.same_table_key`'s, so SQL filters on it before folding."""
         from backfill_lib.core.leases import RELEASED, lease_of
         from backfill_lib.core.table_names import same_table_key
 
         self.flush()
-        runs = self.spark.table(self.table("runs"))
-        first = runs.groupBy("run_id").agg(F.min("seq").alias("planned_seq"))
-        held = self._fold_runs(runs).where(~F.col("status").isin(*RELEASED)).join(first, "run_id").collect()
         key = same_table_key(table)
+        runs = self.spark.table(self.table("runs"))
+        if key.isascii():  # Spark's and Python's lower-casing agree on ASCII; other names are compared below only
+            runs = runs.where(F.lower("target_table") == F.lit(key))
+        held = (self._fold_runs(runs, planned_seq=F.min("seq"))
+                .where(~F.col("status").isin(*RELEASED)).collect())
         return [lease_of(r.asDict()) for r in held
                 if r["plan_json"] is not None and same_table_key(r["target_table"] or "") == key]
 
