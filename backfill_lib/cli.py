@@ -46,6 +46,9 @@ def _settings() -> Settings:
 def _spark(settings: Settings, short_lived: bool = False):
     """The session; ``short_lived`` for the commands that only read metadata (a local JVM compiles for a fast start,
     :data:`backfill_lib.adapters.session.SHORT_LIVED_JVM_OPTIONS`)."""
+    from backfill_lib.adapters.platform_probe import check_platform
+
+    check_platform()  # before importing pyspark: a missing or foreign PySpark is named, not a traceback
     from backfill_lib.adapters.session import get_spark
 
     quiet_spark_query_errors()  # here, not at start: a command refused before Spark never imports pyspark
