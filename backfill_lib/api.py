@@ -20,6 +20,9 @@ from backfill_lib.plan.model import BackfillPlan
 def _session(settings: Settings, spark):
     if spark is not None:
         return spark
+    from backfill_lib.adapters.platform_probe import check_platform
+
+    check_platform()
     from backfill_lib.adapters.session import get_spark
 
     return get_spark(settings)

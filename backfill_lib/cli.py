@@ -60,17 +60,42 @@ def _settings() -> Settings:
 def _spark(settings: Settings, short_lived: bool = False):
     """The session; ``short_lived`` for the commands that only read metadata (a local JVM compiles for a fast start,
     :data:`backfill_lib.adapters.session.SHORT_LIVED_JVM_OPTIONS`)."""
+    from backfill_lib.adapters.platform_probe import check_platform
+
+    check_platform()  # before importing pyspark: a missing or foreign PySpark is named, not a traceback
     from backfill_lib.adapters.session import get_spark
 
     quiet_spark_query_errors()  # here, not at start: a command refused before Spark never imports pyspark
     return get_spark(settings, short_lived=short_lived)
 
 
+def _enter_project_dir(folder: str | None) -> None:
+    """Change the working directory to ``folder`` (None: stay).
+
+    Raises
+    ------
+    ConfigError
+        ``folder`` is not an existing directory.
+    """
+    if folder is None:
+        return
+    from backfill_lib.core.errors import ConfigError
+
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--project-dir {folder}: not an existing folder")
+    os.chdir(folder)
+
+
 @app.callback()
 def _root(
     settings: Annotated[Optional[str], typer.Option(help="Settings YAML (default: $BACKFILL_SETTINGS or conf/settings.yml).")] = None,
     debug: Annotated[bool, typer.Option(help="Show tracebacks of unexpected errors.")] = False,
+    project_dir: Annotated[Optional[str], typer.Option(
+        "--project-dir", help="Work from this folder: relative paths of requests, their SQL and suites and of "
+        "--settings resolve against it (a Databricks wheel task or an Airflow worker starts elsewhere). "
+        "Default: $BACKFILL_PROJECT_DIR, else the current folder.")] = None,
 ) -> None:
+    _enter_project_dir(project_dir or os.environ.get("BACKFILL_PROJECT_DIR"))
     _State.settings_path = settings
     _State.debug = debug or os.environ.get("BACKFILL_DEBUG") == "1"
 

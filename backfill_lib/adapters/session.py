@@ -19,6 +19,7 @@ import threading
 from pyspark.sql import SparkSession
 
 from backfill_lib.core.errors import IntakeError
+from backfill_lib.core.platform import check_session_spark
 from backfill_lib.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,11 @@ def get_spark(settings: Settings, short_lived: bool = False) -> SparkSession:
     metadata for seconds and exits (``backfill plan``, ``status``, ``history``); a local default built for it
     compiles with the JVM's C1 compiler only (:data:`SHORT_LIVED_JVM_OPTIONS`). A session that exists already, or
     the platform's, is used as it is.
+
+    Raises
+    ------
+    PlatformError
+        The session's Spark is not a supported release (:func:`backfill_lib.core.platform.check_session_spark`).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -48,6 +54,7 @@ def get_spark(settings: Settings, short_lived: bool = False) -> SparkSession:
         spark = SparkSession.builder.appName(settings.spark.app_name).getOrCreate()
     else:
         spark = build_local_session(settings, short_lived=short_lived)
+    check_session_spark(spark.version)
     spark.conf.set(SESSION_TIME_ZONE, settings.time_zone)
     # Delta's SQL parser drops named parameters under Spark 4.1 (delta-io/delta#7640, apache/spark#55392), so
     # `:range_start` in a source SQL would stay unbound; the legacy substitution binds them before parsing.

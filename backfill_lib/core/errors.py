@@ -43,6 +43,11 @@ class ConfigError(BackfillError):
     exit_code = 2
 
 
+class PlatformError(ConfigError):
+    """The Python environment or the session has a Spark or Delta release the product does not support, or
+    lacks one (:mod:`backfill_lib.core.platform`). Exit code 2."""
+
+
 class RequestError(BackfillError):
     """A backfill request file is missing, unreadable or has a bad field. Exit code 2."""
 

@@ -1,4 +1,5 @@
-"""The wheel: ``python -m build`` makes it, it installs into a fresh virtual environment, and ``backfill`` runs.
+"""The wheel: ``python -m build`` makes it, it installs into a fresh virtual environment that holds another
+PySpark patch release without replacing it, and ``backfill`` runs.
 
 The wheel is what clusters install (conf/cluster/: the EMR bootstrap action, the Databricks wheel task), so it
 must hold every file of the package, declare the ``backfill`` console script and its dependencies, and work
@@ -15,6 +16,8 @@ import zipfile
 
 from tests.conftest import ROOT
 
+#: the PySpark patch release the test's "platform" environment holds before the wheel is installed
+PLATFORM_PYSPARK = "4.1.3"
 #: every command of ``backfill --help``, in its order
 COMMANDS = ("plan", "run", "resume", "abandon", "publish", "rollback", "cleanup", "history", "status", "report", "demo")
 
@@ -43,12 +46,25 @@ def test_wheel_installs_in_a_fresh_venv_and_backfill_help_runs(tmp_path):
     entry_points = zipfile.ZipFile(wheel).read("delta_backfill-0.1.0.dist-info/entry_points.txt").decode()
     assert "backfill = backfill_lib.cli:console_main" in entry_points
 
-    # a fresh virtual environment (no system site-packages), the wheel with its dependencies
+    # PySpark and delta-spark are only the `local` extra: a cluster's own must survive the install
+    requires = [line.split(":", 1)[1].strip() for line in zipfile.ZipFile(wheel).read(
+        "delta_backfill-0.1.0.dist-info/METADATA").decode().splitlines() if line.startswith("Requires-Dist:")]
+    spark_requires = sorted(r for r in requires if r.startswith(("pyspark", "delta-spark")))
+    assert spark_requires == ['delta-spark==4.4.0; extra == "local"', 'pyspark==4.1.4; extra == "local"']
+
+    # a fresh virtual environment (no system site-packages) that holds another PySpark patch release, as a
+    # platform would; then the wheel with its dependencies
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     bin_dir = env_dir / "bin"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    _run(str(bin_dir / "python"), "-m", "pip", "install", "--quiet", f"pyspark=={PLATFORM_PYSPARK}", env=env,
+         cwd=tmp_path)
     _run(str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel), env=env, cwd=tmp_path)
+    versions = _run(str(bin_dir / "python"), "-c", "import pyspark, importlib.util; "
+                    "print(pyspark.__version__, importlib.util.find_spec('delta') is not None)",
+                    env=env, cwd=tmp_path).stdout.split()
+    assert versions == [PLATFORM_PYSPARK, "False"]  # the platform's PySpark untouched, no delta-spark pulled in
 
     where = _run(str(bin_dir / "python"), "-c", "import backfill_lib; print(backfill_lib.__file__)", env=env,
                  cwd=tmp_path).stdout.strip()
@@ -65,3 +81,10 @@ def test_wheel_installs_in_a_fresh_venv_and_backfill_help_runs(tmp_path):
                          env=env, cwd=tmp_path, timeout=120)
     assert bad.returncode == 2
     assert "error: missing.yml: request file not found" in bad.stderr
+
+    # a command that needs Spark names what is missing at start, before any JVM: here Delta's Python module
+    no_delta = subprocess.run([str(bin_dir / "backfill"), "status"], capture_output=True, text=True,
+                              env={**env, "BACKFILL_HOME": str(tmp_path / "home")}, cwd=tmp_path, timeout=120)
+    assert no_delta.returncode == 2, no_delta.stderr
+    assert no_delta.stderr.startswith(
+        f"error: Delta Lake's Python module `delta` is not installed for {bin_dir / 'python'}: "), no_delta.stderr
