@@ -11,7 +11,8 @@ The modes, per partition of the range (``key``):
 ``missing``
     No run of the request that covers ``key`` is final and published: none, or each one failed, was rolled back,
     abandoned, cancelled or is still running. A run recorded ``unchanged`` (its staged rows equalled the target's)
-    counts as covering; a published run later rolled back does not.
+    counts as covering; a published run later rolled back does not, nor one undone by a forced rollback of an
+    earlier run (:func:`holding_run`).
 ``failed``
     The latest run covering ``key`` (by when it was planned) ended ``failed`` (a gate, an error), ``rolled_back``,
     ``abandoned`` or ``cancelled``: every way a run ends, or stops, without its rows staying published. A partition
@@ -47,12 +48,15 @@ FAILED_STATUSES = ("failed", "rolled_back", "abandoned", "cancelled")
 @dataclass(frozen=True)
 class RunFacts:
     """One run of the request as the ledger folds it: its latest ``status``, ``order`` (the ``seq`` of its
-    ``planned`` event: larger is later) and the partition keys it planned (``keys``: the plan's batches)."""
+    ``planned`` event: larger is later), the partition keys it planned (``keys``: the plan's batches) and
+    ``ended``."""
 
     run_id: str
     status: str
     order: int
     keys: frozenset[str]
+    #: the ``seq`` of its latest event (when it became what ``status`` says); ``0`` when unknown
+    ended: int = 0
 
 
 @dataclass(frozen=True)
@@ -123,9 +127,23 @@ def latest_run(key: str, runs: Iterable[RunFacts], statuses: Sequence[str] | Non
     return max(found, key=lambda r: (r.order, r.run_id)) if found else None
 
 
+def holding_run(key: str, runs: Sequence[RunFacts]) -> RunFacts | None:
+    """The run whose rows partition ``key`` holds now, as far as the ledger tells: the run covering ``key`` that
+    became ``published`` or ``unchanged`` (:data:`COVERING`) last, passing over one that a later rollback undid: a
+    run planned before it and rolled back after it ended restored the table to a version before it (a forced
+    rollback undoes later commits too). ``None`` when no run holds it."""
+    rolled = [r for r in runs if key in r.keys and r.status == "rolled_back"]
+    covering = sorted((r for r in runs if key in r.keys and r.status in COVERING),
+                      key=lambda r: (r.ended, r.order, r.run_id), reverse=True)
+    for run in covering:
+        if not any(x.order < run.order and x.ended > run.ended for x in rolled):
+            return run
+    return None
+
+
 def last_published(keys: Iterable[str], runs: Sequence[RunFacts]) -> dict[str, RunFacts | None]:
-    """Per key: the latest run covering it whose rows are still published (:data:`COVERING`), else ``None``."""
-    return {k: latest_run(k, runs, COVERING) for k in keys}
+    """Per key: :func:`holding_run`."""
+    return {k: holding_run(k, runs) for k in keys}
 
 
 #: the reason of a partition no run of the request published
@@ -145,15 +163,16 @@ def select(mode: OnlyMode | str, keys: Sequence[str], runs: Sequence[RunFacts],
     for i, key in enumerate(keys):
         reason = None
         if mode is OnlyMode.MISSING:
-            if latest_run(key, runs, COVERING) is None:
+            if holding_run(key, runs) is None:
                 last = latest_run(key, runs)
-                reason = NEVER_PUBLISHED + ("" if last is None else f" (last run {last.run_id}: {last.status})")
+                reason = NEVER_PUBLISHED + ("" if last is None else f" (last run {last.run_id}: {last.status}"
+                                            + (", undone by a later rollback)" if last.status in COVERING else ")"))
         elif mode is OnlyMode.FAILED:
             last = latest_run(key, runs)
             if last is not None and last.status in FAILED_STATUSES:
                 reason = f"last run {last.run_id} {last.status}"
         else:
-            published = latest_run(key, runs, COVERING)
+            published = holding_run(key, runs)
             if published is None:
                 reason = NEVER_PUBLISHED
             elif changes is None or key not in changes:

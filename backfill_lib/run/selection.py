@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from backfill_lib.core.errors import RequestError, first_line
 from backfill_lib.core.partitions import range_predicate
-from backfill_lib.core.selection import COVERING, OnlyMode, RunFacts, Selection, latest_run, select
+from backfill_lib.core.selection import OnlyMode, RunFacts, Selection, holding_run, select
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_names import same_table_key
 from backfill_lib.plan.builder import check_selectable, select_partitions
@@ -55,7 +55,8 @@ def request_runs(spark: SparkSession, ledger: Ledger, request_name: str, table: 
             continue
         summary = json.loads(r["plan_json"])
         keys = frozenset(k for batch in summary.get("batches") or () for k in batch)
-        out.append(RequestRun(RunFacts(r["run_id"], r["status"], int(r["planned_seq"]), keys), summary))
+        out.append(RequestRun(RunFacts(r["run_id"], r["status"], int(r["planned_seq"]), keys, int(r["seq"])),
+                              summary))
     return out
 
 
@@ -91,7 +92,7 @@ def source_changes(spark: SparkSession, plan: BackfillPlan, runs: list[RequestRu
     summaries = {r.facts.run_id: r.summary for r in runs}
     facts = [r.facts for r in runs]
     for i, p in enumerate(plan.partitions):
-        last = latest_run(p.key, facts, COVERING)
+        last = holding_run(p.key, facts)
         if last is not None:
             by_run.setdefault(last.run_id, []).append(i)
     out: dict[str, str | None] = {}

@@ -18,8 +18,8 @@ from backfill_lib.core.selection import (
 KEYS = [f"2024-01-0{d}" for d in range(1, 9)]  # 8 days
 
 
-def run(run_id, status, order, keys):
-    return RunFacts(run_id, status, order, frozenset(keys))
+def run(run_id, status, order, keys, ended=None):
+    return RunFacts(run_id, status, order, frozenset(keys), order if ended is None else ended)
 
 
 def picked(selection: Selection) -> dict[str, str]:
@@ -34,18 +34,20 @@ def test_missing_is_what_no_published_or_unchanged_run_covers():
         run("d", "failed", 4, KEYS[:2]),  # a later failure does not uncover days 1-2
         run("e", "published", 5, KEYS[7:]),  # day 8: published, then republished by f and f rolled back: the
         run("f", "rolled_back", 6, KEYS[7:]),  # RESTORE put e's rows back, so e still covers it
+        run("g", "rolled_back", 7, KEYS[6:7], ended=10),  # day 7: h published after g, then g's forced
+        run("h", "published", 8, KEYS[6:7], ended=9),  # rollback restored the table to before g, undoing h
     ]
     sel = select("missing", KEYS, runs)
     assert picked(sel) == {
         "2024-01-04": NEVER_PUBLISHED + " (last run b: rolled_back)",
         "2024-01-05": NEVER_PUBLISHED + " (last run b: rolled_back)",
-        "2024-01-07": NEVER_PUBLISHED,
+        "2024-01-07": NEVER_PUBLISHED + " (last run h: published, undone by a later rollback)",
     }
     assert [c.index for c in sel.chosen] == [3, 4, 6]
     assert sel.headline() == "--only missing: 3 of 8 partitions"
     assert sel.describe() == [
         f"2024-01-04 .. 2024-01-05 (2): {NEVER_PUBLISHED} (last run b: rolled_back)",
-        f"2024-01-07: {NEVER_PUBLISHED}",
+        f"2024-01-07: {NEVER_PUBLISHED} (last run h: published, undone by a later rollback)",
     ]
 
 
