@@ -73,3 +73,11 @@ def test_only_is_refused_for_a_rebuild():
     with pytest.raises(IntakeError, match=r"^r\.yml: --only missing cannot be used with strategy rebuild"):
         check_selectable(request, "missing", "r.yml")
     check_selectable(load_request("conf/backfills/fix_daily_route_delays.yml"), "missing", "r.yml")
+
+
+def test_the_cli_refuses_only_with_a_rebuild_before_spark_starts(capsys):
+    from backfill_lib.cli import main
+
+    assert main(["plan", "conf/backfills/rebuild_daily_route_delays_v2.yml", "--only", "missing"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: conf/backfills/rebuild_daily_route_delays_v2.yml: --only missing cannot be used with strategy rebuild")
