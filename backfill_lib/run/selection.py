@@ -25,7 +25,7 @@ from backfill_lib.core.selection import OnlyMode, RunFacts, Selection, holding_r
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_names import same_table_key
 from backfill_lib.plan.builder import check_selectable, select_partitions
-from backfill_lib.plan.model import BackfillPlan, PlannedPartition, plan_from_summary
+from backfill_lib.plan.model import BackfillPlan, PlannedPartition, SourceVersion
 from backfill_lib.run.ledger import Ledger
 
 
@@ -100,18 +100,19 @@ def source_changes(spark: SparkSession, plan: BackfillPlan, runs: list[RequestRu
     for run_id, indices in by_run.items():
         parts = [plan.partitions[i] for i in indices]
         reason = unpinned and f"source {unpinned} is read unpinned, so its changes since run {run_id} cannot be told"
-        old = plan_from_summary(summaries[run_id])
-        old_pins, new_pins = old.pinned_versions, plan.pinned_versions or {}
-        if not reason and old_pins is None:
+        stored = summaries[run_id].get("source_versions")  # read alone: an old plan's other fields may not parse
+        old_at = None if stored is None else {s["table"]: SourceVersion(**s) for s in stored}
+        new_pins = plan.pinned_versions or {}
+        if not reason and old_at is None:
             reason = f"run {run_id} did not pin its sources, so their changes cannot be told"
         if not reason:
-            missing = [t for t in new_pins if t not in old_pins]
+            missing = [t for t in new_pins if t not in old_at]
             if missing:
                 reason = f"source {missing[0]} was not read by run {run_id}"
         if reason:
             out.update({p.key: reason for p in parts})
             continue
-        old_at = {s.table: s for s in old.source_versions}
+        old_pins = {t: s.version for t, s in old_at.items()}
         moved = [s for s in plan.source_versions or () if (old_at[s.table].version, old_at[s.table].location)
                  != (s.version, s.location)]
         if not moved:  # every source at the version (and location) the run read: nothing changed
