@@ -100,19 +100,43 @@ def _root(
     _State.debug = debug or os.environ.get("BACKFILL_DEBUG") == "1"
 
 
+ONLY_HELP = ("Take only some partitions of the range, by the ledger's runs of this request (same name and target): "
+             "'missing' (no published run covers it), 'failed' (its latest run failed, was rolled back, abandoned or "
+             "cancelled), 'changed' (its source files changed since its last published run, or none published it). "
+             "Not with strategy rebuild.")
+
+
+def _check_only(only: str | None, request, request_path: str) -> None:
+    """Refuse a bad ``--only`` before Spark starts: an unknown mode (usage error), or a rebuild (exit 2)."""
+    if only is None:
+        return
+    from backfill_lib.core.selection import OnlyMode
+    from backfill_lib.plan.builder import check_selectable
+
+    if only not in {m.value for m in OnlyMode}:
+        raise typer.BadParameter(f"--only takes missing, failed or changed, got '{only}'")
+    check_selectable(request, only, request_path)
+
+
 @app.command()
-def plan(request: Annotated[str, typer.Argument(help="Request file, e.g. conf/backfills/fix_daily_route_delays.yml.")],
-         json_: JsonOption = False) -> None:
-    """Dry run: print the partitions the request touches and their current cost. Writes nothing."""
+def plan(
+    request: Annotated[str, typer.Argument(help="Request file, e.g. conf/backfills/fix_daily_route_delays.yml.")],
+    only: Annotated[Optional[str], typer.Option("--only", help=ONLY_HELP)] = None,
+    json_: JsonOption = False,
+) -> None:
+    """Dry run: print the partitions the request touches and their current cost. Writes nothing.
+
+    With --only, the plan holds the selected partitions only and says why each is selected."""
     from backfill_lib.intake.request import load_request
 
     settings = _settings()
-    load_request(request)  # fail on a bad request before importing Spark's modules or starting Spark
+    loaded = load_request(request)  # fail on a bad request before importing Spark's modules or starting Spark
+    _check_only(only, loaded, request)
     from backfill_lib.plan.explain import explain
-    from backfill_lib.plan.prepare import prepare
+    from backfill_lib.run.selection import prepare_selected
 
     spark = _spark(settings, short_lived=True)
-    the_plan, _ = prepare(spark, settings, request)
+    the_plan, _ = prepare_selected(spark, settings, request, only)
     if json_:
         from backfill_lib.report.documents import plan_document
 
@@ -167,19 +191,23 @@ def run(
                                                  "with a note: it frees no range of this target.")] = None,
     concurrent: Annotated[bool, typer.Option("--concurrent", help="Run even when another run that is not final "
                                              "holds an overlapping range (the fence still guards the publish).")] = False,
+    only: Annotated[Optional[str], typer.Option("--only", help=ONLY_HELP)] = None,
     json_: JsonOption = False,
 ) -> None:
     """Run a backfill: intake, plan, stage by partition, validate, publish in one commit.
 
     Refused (exit 2, before anything is staged) while another run of the table that is not final holds an
-    overlapping range, unless --after or --concurrent."""
+    overlapping range, unless --after or --concurrent. With --only, only the selected partitions are staged and
+    published; when none is selected it exits 0 writing nothing."""
     _check_until(until)
     from backfill_lib.intake.request import load_request
     from backfill_lib.plan.builder import check_run_id
+    from backfill_lib.run.selection import prepare_selected
     from backfill_lib.runner import Runner, prepare
 
     settings = _settings()
     checked = load_request(request)
+    _check_only(only, checked, request)
     if run_id is not None:
         check_run_id(run_id)
     spark = _spark(settings)
@@ -188,7 +216,7 @@ def run(
     runner.concurrent = concurrent
     if after is not None:
         runner.wait_for(after, checked.target.table)
-    the_plan, state = prepare(spark, settings, request, run_id=run_id)
+    the_plan, state = prepare_selected(spark, settings, request, only, run_id=run_id, prepare=prepare)
     try:
         with cancel_on_signals(runner, the_plan.run_id):
             result = runner.run(the_plan, state, until=until, on_durable=_announce_run_id)
@@ -196,6 +224,11 @@ def run(
         _print_failures(exc.failures)
         raise
     if json_:
+        if result.status == "nothing_selected":  # no run was recorded: the (empty) plan is the answer
+            from backfill_lib.report.documents import plan_document
+
+            _State.document = plan_document(result.plan)
+            return
         _State.document = _run_document(runner, result.plan.run_id)
         return
     _print_result(result)
@@ -249,6 +282,11 @@ def _print_result(result) -> None:
     if report_html.exists():
         console.print(f"report: {report_html}", highlight=False)
     staged = sum(v or 0 for v in result.rows.values())
+    if result.status == "nothing_selected":
+        from backfill_lib.run.selection import empty_selection_message
+
+        console.print(empty_selection_message(the_plan), highlight=False)
+        return
     if result.status == "unchanged":
         console.print(f"run {the_plan.run_id}: the staged rows equal the target's in all {len(the_plan.partitions)} "
                       f"partitions; nothing to publish, {the_plan.target_table} stays at version "

@@ -117,7 +117,12 @@ class Runner:
             When :meth:`cancel` was called; ``resume`` continues the run.
         BackfillError
             Any other intake or staging error; the run is recorded ``failed`` with the message.
+
+        A plan whose ``--only`` selection holds no partition (:attr:`BackfillPlan.selection`) writes nothing: no
+        table version, no ledger event; the result's status is ``nothing_selected``.
         """
+        if plan.selection is not None and not plan.partitions:
+            return RunResult(plan, "nothing_selected")  # the CLI says so (empty_selection_message)
         self.ledger.ensure()
         # A run ID the plan minted cannot be in the ledger yet: only a given one is looked up.
         known = not plan.run_id_minted and self.ledger.has_run(plan.run_id)

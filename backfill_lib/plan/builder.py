@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from backfill_lib.core.errors import IntakeError, PartitionError, RequestError
@@ -320,3 +321,63 @@ def _check_format_values(request: BackfillRequest, state: TableState, parts: lis
             f"table {state.name} column {target.partition_column} holds partition values in the range that do not "
             f"match target.partition_format {target.partition_format}: {listed}; the run would leave their rows "
             "beside the recomputed ones (rewrite them in the format first)")
+
+
+def check_selectable(request: BackfillRequest, mode: str, request_path: str) -> None:
+    """Refuse ``--only mode`` for a request that cannot take it: a rebuild re-creates the whole table, so it
+    cannot leave partitions out. Pure.
+
+    Raises
+    ------
+    IntakeError
+        ``"{request_path}: --only {mode} cannot be used with strategy rebuild: ..."``.
+    """
+    if request.strategy.whole_table:
+        raise IntakeError(f"{request_path}: --only {mode} cannot be used with strategy {request.strategy.value}: it "
+                          "re-creates the whole table, so no partition can be left out (drop --only, or use strategy "
+                          "recompute)")
+
+
+def select_partitions(plan: BackfillPlan, selection, batch_size: int | None = None,
+                      batch_bytes: int = DEFAULT_BATCH_BYTES) -> BackfillPlan:
+    """``plan`` (every partition of its range) restricted to ``selection``
+    (:class:`~backfill_lib.core.selection.Selection` of its partitions, in order): the batches hold only the
+    selected partitions, and never span an unselected one. Pure.
+
+    Each batch's source is read over ``[first partition's start, last partition's end)``, so a batch across a gap
+    would read (and the stray-rows check refuse) the gap's rows: each run of adjacent selected partitions is
+    batched on its own, in batches of the size :func:`build_plan` would use for the whole range
+    (``batch_size`` as there; bytes per partition from the whole range). Everything else of the plan (range,
+    target version, pins) stays; every predicate, validation and the publish then cover the selected partitions.
+
+    Raises
+    ------
+    IntakeError
+        When the plan is a whole-table rebuild, or ``selection`` names a partition the plan does not have at that
+        position (it was made for another range).
+    """
+    from backfill_lib.core.selection import contiguous
+
+    if plan.strategy.whole_table:
+        check_selectable(plan.request, selection.mode.value, plan.request_path)
+    planned = plan.partitions
+    for c in selection.chosen:
+        if c.index >= len(planned) or planned[c.index].key != c.key:
+            raise IntakeError(f"{plan.request_path}: --only {selection.mode.value} selected partition {c.key}, which "
+                              f"is not partition {c.index + 1} of the plan's range")
+    size = plan.request.batch_size or batch_size or batch_partitions(list(planned), plan.source_input, batch_bytes)
+    batches: list[Batch] = []
+    for run in contiguous([c.index for c in selection.chosen]):
+        # adjacent in the range's order; a gap inside the plan's own partitions (none today) would split here too
+        segment = [planned[run[0]]]
+        for i in run[1:]:
+            if planned[i].partition.start != segment[-1].partition.end:
+                batches.extend(_chunks(segment, size, len(batches)))
+                segment = []
+            segment.append(planned[i])
+        batches.extend(_chunks(segment, size, len(batches)))
+    return replace(plan, batches=tuple(batches), selection=selection)
+
+
+def _chunks(partitions: list[PlannedPartition], size: int, first_index: int) -> list[Batch]:
+    return [Batch(first_index + n, tuple(partitions[j:j + size])) for n, j in enumerate(range(0, len(partitions), size))]

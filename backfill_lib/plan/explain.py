@@ -124,6 +124,18 @@ def where_line(plan: BackfillPlan) -> str:
             "validated and published, the others are not touched, and a source row outside it fails the run")
 
 
+def selection_text(plan: BackfillPlan) -> str:
+    """``--only``'s selection: ``selection: --only missing: 12 of 90 partitions``, then why each is in it, runs of
+    adjacent partitions with the same reason on one line (``2024-03-16 .. 2024-03-31 (16): no published run of
+    this request``); or that nothing is selected."""
+    sel = plan.selection
+    head = f"selection: {sel.headline()}"
+    if not sel.chosen:
+        return (f"{head}: nothing is selected; `backfill run --only {sel.mode.value}` writes no table version and "
+                "records no run")
+    return "\n".join([head, *(f"  {line}" for line in sel.describe())])
+
+
 def _pins_line(plan: BackfillPlan) -> str:
     pins = plan.source_versions
     if pins is None:
@@ -162,6 +174,7 @@ def explain(plan: BackfillPlan) -> Group:
         ("publish statement", strategy.publish_statement(plan, shown=EDGE_VALUES) if parts or strategy.whole_table else "none (no partitions)"),
         ("partitions", f"{len(parts):,} x {r.target.grain.value} on {plan.partition_column} "
                        f"(time zone {r.time_zone}), {first_last}"),
+        *([("selection", selection_text(plan))] if plan.selection is not None else []),
         ("range", range_line),
         ("time zone", _zone_line(plan)),
         ("current data in range", f"{total.files:,} files, {human_bytes(total.bytes)}, {_rows(total.rows)} rows "

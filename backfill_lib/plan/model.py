@@ -18,6 +18,7 @@ from backfill_lib.core.partitions import (
     partition_of_key,
     partitions_predicate,
 )
+from backfill_lib.core.selection import Selection
 from backfill_lib.core.table_state import PartitionStats
 from backfill_lib.intake.request import BackfillRequest, Strategy
 
@@ -154,6 +155,9 @@ class BackfillPlan:
     #: the target's generated columns as the plan read them (:class:`~backfill_lib.core.table_state.GeneratedColumn`):
     #: staging computes one the source omits; ``()`` for plans stored before they were recorded
     target_generated: tuple = ()
+    #: ``--only missing|failed|changed``: the partitions of the range selected and why
+    #: (:mod:`backfill_lib.core.selection`); the batches hold only those. ``None``: every partition of the range
+    selection: Selection | None = None
 
     @property
     def pinned_versions(self) -> dict[str, int] | None:
@@ -284,6 +288,7 @@ class BackfillPlan:
             "range_files": None if self.range_files is None else asdict(self.range_files),
             "files_without_stats": self.files_without_stats,
             "target_generated": [asdict(g) for g in self.target_generated],
+            "selection": None if self.selection is None else self.selection.to_json(),
         }
 
 
@@ -353,4 +358,5 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         range_files=None if summary.get("range_files") is None else PartitionStats(**summary["range_files"]),
         files_without_stats=int(summary.get("files_without_stats") or 0),
         target_generated=tuple(GeneratedColumn(**g) for g in summary.get("target_generated") or ()),
+        selection=None if summary.get("selection") is None else Selection.from_json(summary["selection"]),
     )
