@@ -28,6 +28,7 @@ def test_diff_gate_blocks_deletes_and_the_report_shows_why(spark, settings, db, 
     assert current_version(spark, f"{db}.t") == 0
     [diff] = Ledger(spark, settings.ledger_schema).diffs(plan.run_id)
     assert (diff["inserted"], diff["deleted"], diff["updated"], diff["unchanged"]) == (1, 1, 1, 3)
+    print("SAMPLES", diff["samples"])
     html = (settings.runs_dir / plan.run_id / "report.html").read_text()
     assert plan.run_id in html and "<svg" in html and "2024-03-09" in html
     assert "1 deleted keys, at most 0 allowed" in html
