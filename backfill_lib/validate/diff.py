@@ -184,7 +184,10 @@ def _sample_aggregates(n_keys: int, n_cols: int, any_changed: Column) -> list[Co
     ``t0..``, ``s_in``, ``t_in``): a struct ``(h, c, s0.., t0..)`` named ``x0..``, NULL when the bucket has none.
 
     ``min_by`` skips rows whose ordering is NULL, so the ordering is NULL on every row that is not a change of
-    that bucket. The key is the matched one (equal on both sides, NULL-safely) or the one side's."""
+    that bucket. The key is the matched one (equal on both sides, NULL-safely) or the one side's.
+
+    Cost: no scan is added, but a struct is not a fixed-width aggregation buffer, so Spark plans the diff's
+    aggregation as a SortAggregate (a local sort of the joined rows by partition) rather than a HashAggregate."""
     h = F.xxhash64(*[F.coalesce(F.col(f"s{i}"), F.col(f"t{i}")) for i in range(n_keys)])
     inserted, deleted = F.col("t_in").isNull(), F.col("s_in").isNull()
     change = F.when(inserted, F.lit("inserted")).when(deleted, F.lit("deleted")).otherwise(F.lit("updated"))
