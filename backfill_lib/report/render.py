@@ -542,8 +542,8 @@ def _below_html(data: ReportData, h: str) -> list[str]:
 def _mart_html(index: int, mart: MartSection, directory: Path) -> list[str]:
     head = f'<section class="mart" id="mart-{index}" data-table="{_e(mart.table)}"><h2>Mart {_e(mart.table)} '
     if mart.report is None:
-        return [head + "</h2>", f"<p>Not run (run {_e(mart.run_id)}): its run starts once the target is published."
-                "</p></section>"]
+        return [head + "</h2>", f"<p>Not run (run {_e(mart.run_id)}): a mart runs after the target is published, "
+                "in dependency order.</p></section>"]
     r = mart.report
     return [head + _status_badge(r.status) + "</h2>", *_summary_html(r, "h3", None), *_below_html(r, "h3"),
             "</section>"]
