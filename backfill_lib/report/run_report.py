@@ -1,6 +1,10 @@
 """Assemble a run's report from its outcome (what the run holds in memory, or the same read back from the ledger)
 and its tables, and write it into the run's folder.
 
+The first screen's per-column changes and samples of changed rows come from the diff the validation computed
+(the ledger's diffs table: nothing is scanned again for them); a run with downstream marts shows each mart's child
+run (``RUN_ID__mN``) in a section of its own, read from the ledger once the target was published.
+
 The report (``<home>/runs/<run_id>/report.html`` and ``report.md``) is written at the end of every run that
 reached validation (from memory; from the ledger after a gate failure or a resumed publish), and again by
 ``backfill report RUN_ID`` (from the ledger); both give the same files. Its chart shows ``request.report_metric`` (a SQL
@@ -11,8 +15,9 @@ travel), after is the staged rows.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timezone
+from decimal import Decimal
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -23,7 +28,15 @@ from backfill_lib.core.partitions import key_order
 from backfill_lib.core.settings import Settings
 from backfill_lib.plan.model import plan_from_summary
 from backfill_lib.report.documents import RunDocument, partition_rows, run_document, write_summary
-from backfill_lib.report.render import MetricPoint, ReportData, write_report
+from backfill_lib.report.render import (
+    SAMPLE_LIMIT,
+    ColumnChange,
+    MartSection,
+    MetricPoint,
+    ReportData,
+    SampleRow,
+    write_report,
+)
 from backfill_lib.run.cleanup import staging_exists
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.run.staging import staged_rows as read_staged_rows
@@ -87,7 +100,9 @@ class RunOutcome:
     """What a run holds in memory when it writes its report, in the shapes the ledger returns them:
     ``run`` (its latest run record, ``plan_json`` included), ``rows`` (staged rows by partition key),
     ``checks`` (its latest validation's checks and the checks after it, in the order recorded) and
-    ``diffs`` (by partition key: ``inserted``, ``deleted``, ``updated``, ``unchanged`` rows)."""
+    ``diffs`` (by partition key: ``inserted``, ``deleted``, ``updated``, ``unchanged`` rows, and
+    ``changed_columns``, ``abs_change`` and ``samples`` as the ledger's JSON text, see
+    :func:`backfill_lib.validate.diff.diff_rows`; the JSON ones may be missing or ``None``)."""
 
     run: dict
     rows: dict[str, int | None]
@@ -111,6 +126,62 @@ def _change_feed_lines(run: dict, plan: dict, outcome: RunOutcome) -> tuple[str,
         return ("change data feed: on; nothing was published, so no change rows",)
     strategy = kind_for(planned.strategy, planned.request.publish_mode)
     return ("change data feed: " + strategy.change_feed(planned, outcome.rows, outcome.diffs),)
+
+
+def _json(text: str | None, default):
+    return default if not text else json.loads(text)
+
+
+def column_changes(diffs: dict[str, dict]) -> tuple[ColumnChange, ...]:
+    """Per value column (in the diff's column order), over every partition of ``diffs`` (ledger rows): the rows in
+    which it changed and, for a numeric column, the exact sum of ``|after - before|``."""
+    rows: dict[str, int] = {}
+    sums: dict[str, Decimal] = {}
+    for d in diffs.values():
+        for column, n in _json(d.get("changed_columns"), {}).items():
+            rows[column] = rows.get(column, 0) + int(n)
+        for column, total in _json(d.get("abs_change"), {}).items():
+            sums[column] = sums.get(column, Decimal(0)) + Decimal(total)
+    return tuple(ColumnChange(c, n, sums.get(c)) for c, n in rows.items())
+
+
+def sample_rows(diffs: dict[str, dict], limit: int = SAMPLE_LIMIT) -> tuple[SampleRow, ...]:
+    """The ``limit`` samples of changed rows with the smallest key hash over every partition of ``diffs`` (ledger
+    rows; each partition keeps a few, see :attr:`backfill_lib.validate.diff.PartitionDiff.samples`), in that
+    order: deterministic for a run, and spread over its partitions."""
+    every = [(x["h"], key, x) for key, d in diffs.items() for x in _json(d.get("samples"), [])]
+    return tuple(SampleRow(key, x["change"], x["key"], x["before"], x["after"], h)
+                 for h, key, x in sorted(every, key=lambda t: (t[0], t[1]))[:limit])
+
+
+#: the report data of mart child runs written in this process, by run ID, for their parent's report
+_mart_reports: dict[str, ReportData] = {}
+
+
+def mart_sections(spark: SparkSession, settings: Settings, run: dict, plan: dict) -> tuple[MartSection, ...]:
+    """One :class:`MartSection` per downstream mart of a top-level run (request order), with the report data of
+    its child run ``RUN_ID__mN``: none for a run that never published (its marts cannot have run), else read from
+    the ledger (or the data the child wrote its own report with in this process, while the ledger still holds the
+    same status and version for it)."""
+    marts = plan["request"].get("marts") or []
+    if not marts or plan.get("parent_run_id"):
+        return ()
+    children = [(m["table"], f"{run['run_id']}__m{i}") for i, m in enumerate(marts)]
+    if run.get("published_version") is None:
+        return tuple(MartSection(table, child) for table, child in children)
+    ledger = Ledger(spark, settings.ledger_schema)
+    out = []
+    for table, child in children:
+        record = ledger.find_run(child)
+        if record is None:
+            out.append(MartSection(table, child))
+            continue
+        known = _mart_reports.get(child)
+        if (known is None or known.status != record["status"]
+                or known.published_version != record.get("published_version")):
+            known = build_report_data(spark, ledger_outcome(ledger, child))
+        out.append(MartSection(table, child, known))
+    return tuple(out)
 
 
 def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | None = None) -> ReportData:
@@ -153,6 +224,11 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         metric_name=metric,
         metric=metric_points(spark, run, plan, metric, partitions, staging_there),
         data_docs=docs,
+        pre_publish_version=run.get("pre_publish_version"),
+        columns=column_changes(diffs),
+        samples=sample_rows(diffs),
+        # no diff rows, but rows staged: the diff found no key to compare by (or the run stopped before it)
+        diffed=bool(diffs) or not partitions,
     )
 
 
@@ -174,4 +250,10 @@ def write_run_report(spark: SparkSession, settings: Settings, run_id: str,
     folder = report_dir(settings, run_id)
     write_summary(folder, outcome_document(settings, outcome))
     docs = Path("data_docs/index.html") if (folder / "data_docs" / "index.html").exists() else None
-    return write_report(folder, build_report_data(spark, outcome, docs))
+    data = build_report_data(spark, outcome, docs)
+    plan = json.loads(outcome.run["plan_json"])
+    if plan.get("parent_run_id"):
+        _mart_reports[run_id] = data
+    else:
+        data = replace(data, marts=mart_sections(spark, settings, outcome.run, plan))
+    return write_report(folder, data)

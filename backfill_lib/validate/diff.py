@@ -2,12 +2,14 @@
 
 :func:`diff_by_key` joins the two sides on their keys (NULL-safe: a NULL key part matches a NULL key part) and
 counts, per partition, the keys inserted, deleted, updated and unchanged, which value columns changed and, for
-numeric columns, by how much. :func:`evaluate` turns the diff into one :class:`~backfill_lib.core.checks.Check` per
+numeric columns, by how much; in the same aggregation it keeps a few changed rows per partition, before and after,
+as samples for the report. :func:`evaluate` turns the diff into one :class:`~backfill_lib.core.checks.Check` per
 partition and threshold of a :class:`DiffGate`.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -24,6 +26,9 @@ from backfill_lib.core.partition_keys import PartitionKeys, keys_of
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.rules import DiffGate
 
+#: how many changed rows a partition's diff keeps as samples: the key hash's buckets, one row from each
+SAMPLE_BUCKETS = 4
+
 
 @dataclass(frozen=True)
 class PartitionDiff:
@@ -34,6 +39,15 @@ class PartitionDiff:
     (integer and decimal columns exactly; float and double columns through float arithmetic). A change to or
     from NULL counts in ``changed_columns`` but adds nothing to ``abs_change``. ``updated_outside`` counts
     updated rows in which a column other than ``corrected_columns`` changed.
+
+    ``samples`` holds up to :data:`SAMPLE_BUCKETS` changed rows (inserted, deleted or updated keys), chosen
+    deterministically by ``h = xxhash64(key columns)``: in each bucket ``pmod(h, SAMPLE_BUCKETS)``, the row with
+    the smallest ``h``; in ascending ``h``. Each is ``{"h": int, "change": "inserted" | "deleted" | "updated",
+    "key": {column: text}, "before": {column: text} | None, "after": {column: text} | None}`` (``key`` holds the
+    key and partition columns, ``before``/``after`` every value column, ``None`` on the side where the key is
+    missing), each value the text of its JSON form in Spark's ``to_json`` (numbers exactly as Spark writes them,
+    timestamps in the session time zone with their offset; NULL is ``None``). Samples illustrate; they are left
+    out of equality.
     """
 
     partition: str
@@ -45,6 +59,7 @@ class PartitionDiff:
     abs_change: dict[str, Decimal] = field(default_factory=dict)
     corrected_columns: tuple[str, ...] = ()
     updated_outside: int = 0
+    samples: tuple[dict, ...] = field(default=(), compare=False)
 
     @property
     def rows_before(self) -> int:
@@ -138,11 +153,17 @@ def diff_by_key(
         if change is not None:
             numeric[c] = f"a{i}"
             aggs.append(F.sum(F.when(changed[c], change)).alias(f"a{i}"))
+    aggs += _sample_aggregates(len(keys), len(cols), any_changed)
     part = keying.renamed({c: f"s{keys.index(c)}" for c in keying.columns}).expr()
     part = F.coalesce(part, keying.renamed({c: f"t{keys.index(c)}" for c in keying.columns}).expr()).alias("partition")
+    grouped = joined.groupBy(part).agg(*aggs)
+    # to_json after the aggregation: only the kept rows are serialised, and NULL fields are written (as null)
+    grouped = grouped.withColumns({f"x{b}": F.to_json(F.col(f"x{b}"), {"ignoreNullFields": "false"})
+                                   for b in range(SAMPLE_BUCKETS)})
     out = {}
-    for r in joined.groupBy(part).agg(*aggs).collect():
+    for r in grouped.collect():
         key = keying.key(r["partition"])
+        samples = [_sample(r[f"x{b}"], keys, value_columns) for b in range(SAMPLE_BUCKETS)]
         out[key] = PartitionDiff(
             key,
             r["inserted"],
@@ -153,8 +174,57 @@ def diff_by_key(
             {c: _decimal(r[a]) for c, a in numeric.items()},
             tuple(corrected_columns),
             r["updated_outside"],
+            tuple(sorted((x for x in samples if x is not None), key=lambda x: x["h"])),
         )
     return out
+
+
+def _sample_aggregates(n_keys: int, n_cols: int, any_changed: Column) -> list[Column]:
+    """One ``min_by`` per bucket of the key hash over the changed rows of the joined sides (columns ``s0..``,
+    ``t0..``, ``s_in``, ``t_in``): a struct ``(h, c, s0.., t0..)`` named ``x0..``, NULL when the bucket has none.
+
+    ``min_by`` skips rows whose ordering is NULL, so the ordering is NULL on every row that is not a change of
+    that bucket. The key is the matched one (equal on both sides, NULL-safely) or the one side's.
+
+    Cost: no scan is added, but a struct is not a fixed-width aggregation buffer, so Spark plans the diff's
+    aggregation as a SortAggregate (a local sort of the joined rows by partition) rather than a HashAggregate."""
+    h = F.xxhash64(*[F.coalesce(F.col(f"s{i}"), F.col(f"t{i}")) for i in range(n_keys)])
+    inserted, deleted = F.col("t_in").isNull(), F.col("s_in").isNull()
+    change = F.when(inserted, F.lit("inserted")).when(deleted, F.lit("deleted")).otherwise(F.lit("updated"))
+    row = F.struct(h.alias("h"), change.alias("c"), *[F.col(f"{side}{i}") for side in "st" for i in range(n_cols)])
+    changed = inserted | deleted | any_changed
+    return [F.min_by(row, F.when(changed & (F.pmod(h, F.lit(SAMPLE_BUCKETS)) == b), h)).alias(f"x{b}")
+            for b in range(SAMPLE_BUCKETS)]
+
+
+def _json_text(raw: object, literal: object) -> str | None:
+    # Scalars keep Spark's literal text (parsed with str for numbers); nested values are written back compactly.
+    if raw is None:
+        return None
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, (dict, list)):
+        return json.dumps(raw, separators=(",", ":"), ensure_ascii=False)
+    return str(literal)
+
+
+def _sample(text: str | None, keys: list[str], value_columns: Sequence[str]) -> dict | None:
+    """A sample struct's ``to_json`` text (see :func:`_sample_aggregates`) as a :attr:`PartitionDiff.samples` entry."""
+    if text is None:
+        return None
+    raw, literal = json.loads(text), json.loads(text, parse_float=str, parse_int=str)
+
+    def side(prefix: str, columns: Sequence[str], start: int) -> dict[str, str | None]:
+        return {c: _json_text(raw[f"{prefix}{i}"], literal[f"{prefix}{i}"]) for i, c in enumerate(columns, start=start)}
+
+    change = raw["c"]
+    return {
+        "h": int(raw["h"]),
+        "change": change,
+        "key": side("t" if change == "deleted" else "s", keys, 0),
+        "before": None if change == "inserted" else side("t", value_columns, len(keys)),
+        "after": None if change == "deleted" else side("s", value_columns, len(keys)),
+    }
 
 
 def _decimal(value) -> Decimal:
@@ -219,6 +289,15 @@ def evaluate(diffs: dict[str, PartitionDiff], gate: DiffGate, batch: int | None 
 
 
 def diff_rows(diffs) -> dict[str, dict]:
-    """:class:`PartitionDiff` objects as the ledger's diff rows, by partition key."""
+    """:class:`PartitionDiff` objects as the ledger's diff rows, by partition key: the counts, and
+    ``changed_columns``, ``abs_change`` and ``samples`` as the JSON text the ledger stores."""
     return {d.partition: {"inserted": d.inserted, "deleted": d.deleted, "updated": d.updated,
-                          "unchanged": d.unchanged} for d in diffs}
+                          "unchanged": d.unchanged, **diff_json(d)} for d in diffs}
+
+
+def diff_json(d: PartitionDiff) -> dict[str, str]:
+    """``changed_columns``, ``abs_change`` (decimal text) and ``samples`` of ``d`` as JSON text, as the ledger's
+    diffs table stores them."""
+    return {"changed_columns": json.dumps(d.changed_columns),
+            "abs_change": json.dumps({k: str(v) for k, v in d.abs_change.items()}),
+            "samples": json.dumps(list(d.samples), ensure_ascii=False)}

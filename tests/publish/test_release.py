@@ -48,6 +48,11 @@ def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, set
     monitor = [c for c in result.checks if c.kind == "monitor"]
     assert monitor and all(c.success for c in monitor)
     assert {c.name.split(":")[0] for c in monitor} == {f"{db}.events", f"{db}.events_monthly"}
+    # the mart's run is a section of the run's own report
+    report = (settings.runs_dir / plan.run_id / "report.html").read_text()
+    section = report[report.index(f'<section class="mart" id="mart-0" data-table="{db}.events_monthly">'):]
+    assert '<span class="status status-published">published</span>' in section
+    assert '<td data-total="rows_after" data-value="1">1</td>' in section  # the one monthly row
 
     assert main(["history", f"{db}.events_monthly"]) == 0
     assert plan.run_id in capsys.readouterr().out
@@ -59,6 +64,8 @@ def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, set
     assert ledger.run(plan.run_id)["status"] == "rolled_back"
     assert ledger.run(mart.plan.run_id)["status"] == "rolled_back"
     assert "rolled back by ana@example.com: TEST-6 wrong numbers" in ledger.run(plan.run_id)["message"]
+    report = (settings.runs_dir / plan.run_id / "report.html").read_text()
+    assert '<span class="status status-rolled_back">rolled_back</span></h2>' in report[report.index('class="mart"'):]
     capsys.readouterr()
     assert main(["history", f"{db}.events"]) == 0
     out = capsys.readouterr().out

@@ -22,13 +22,22 @@ def test_inserted_deleted_updated_unchanged_by_key(spark):
     # Keys 2, 4 and 5 are on both sides with the same v: three unchanged, so rows before 5 = 1 + 1 + 3.
     assert diffs == {"2024-03-10": PartitionDiff("2024-03-10", 1, 1, 1, 3, {"v": 1}, {"v": Decimal(7)}, (), 1)}
     assert (diffs["2024-03-10"].rows_before, diffs["2024-03-10"].rows_after) == (5, 5)
+    # Samples: per bucket of the key hash, the changed row with the smallest hash (key 3's update shares its
+    # bucket with a smaller one), in ascending hash; values as Spark's JSON text.
+    samples = diffs["2024-03-10"].samples
+    assert [(x["change"], x["key"], x["before"], x["after"]) for x in samples] == [
+        ("inserted", {"id": "6", "dt": "2024-03-10"}, None, {"v": "60"}),
+        ("deleted", {"id": "1", "dt": "2024-03-10"}, {"v": "10"}, None),
+    ]
+    assert samples[0]["h"] < samples[1]["h"]
 
 
 def test_no_deletes_gate_fails_naming_the_partition(spark):
     current = spark.createDataFrame([(k, D10, k) for k in range(1, 6)] + [(9, D11, 9)], ROWS)
     staged = spark.createDataFrame([(k, D10, k) for k in range(2, 7)] + [(9, D11, 9)], ROWS)
 
-    checks = evaluate(diff_by_key(staged, current, ["id"], "dt"), DiffGate(max_deleted=0, max_inserted=1), batch=2)
+    diffs = diff_by_key(staged, current, ["id"], "dt")
+    checks = evaluate(diffs, DiffGate(max_deleted=0, max_inserted=1), batch=2)
 
     got = [(c.partition, c.name, c.success, c.observed, c.expected, c.message) for c in checks]
     assert got == [
@@ -38,6 +47,7 @@ def test_no_deletes_gate_fails_naming_the_partition(spark):
         ("2024-03-11", "diff.max_inserted", True, "0", "1", None),
     ]
     assert {(c.kind, c.batch) for c in checks} == {("diff", 2)}
+    assert diffs["2024-03-11"].samples == ()  # min_by skips rows whose ordering is NULL: no change, no sample
 
 
 def test_null_key_part_on_both_sides_is_unchanged(spark):

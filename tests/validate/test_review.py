@@ -1,5 +1,6 @@
 """Review before publish: the diff gate, metric rules and the run report, end to end on small tables."""
 
+import json
 from datetime import date
 
 import pytest
@@ -28,9 +29,17 @@ def test_diff_gate_blocks_deletes_and_the_report_shows_why(spark, settings, db, 
     assert current_version(spark, f"{db}.t") == 0
     [diff] = Ledger(spark, settings.ledger_schema).diffs(plan.run_id)
     assert (diff["inserted"], diff["deleted"], diff["updated"], diff["unchanged"]) == (1, 1, 1, 3)
+    # the update of key 3 (amt 30 -> 99) is among the samples the ledger keeps, and the report shows it
+    samples = {(x["change"], x["key"]["id"]): (x["before"], x["after"]) for x in json.loads(diff["samples"])}
+    assert samples[("updated", "3")] == ({"amt": "30"}, {"amt": "99"})
+    assert samples[("inserted", "6")] == (None, {"amt": "60"})
     html = (settings.runs_dir / plan.run_id / "report.html").read_text()
     assert plan.run_id in html and "<svg" in html and "2024-03-09" in html
     assert "1 deleted keys, at most 0 allowed" in html
+    assert ('<tbody class="sample" data-partition="2024-03-09" data-key="id=3, dt=2024-03-09" data-change="updated">'
+            '<tr><td class="key" rowspan="1">id=3, dt=2024-03-09</td><td class="change" rowspan="1">updated</td>'
+            '<td class="column">amt</td><td class="before">30</td><td class="after">99</td></tr></tbody>') in html
+    assert '<td data-total="updated" data-value="1">1</td>' in html
     assert 'href="data_docs/index.html"' in html
     assert (settings.runs_dir / plan.run_id / "data_docs" / "index.html").exists()  # GX Data Docs
     kept = (settings.runs_dir / plan.run_id / "validation" / "range.json").read_text()

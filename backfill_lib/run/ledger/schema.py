@@ -17,7 +17,9 @@ Tables, in ``settings.ledger_schema``:
 - ``checks``: run_id, seq, event_at, batch, partition, kind (``expectation``, ``reconciliation``, ``gate``,
   ``diff``, ``post_publish``), name, success, observed, expected, message.
 - ``diffs``: run_id, seq, event_at, partition, inserted, deleted, updated, unchanged (rows, staged against the
-  target by key), changed_columns and abs_change (JSON objects: column -> rows changed / sum of |change|).
+  target by key), changed_columns and abs_change (JSON objects: column -> rows changed / sum of |change|),
+  samples (JSON array: a few changed rows before and after, :attr:`backfill_lib.validate.diff.PartitionDiff.samples`;
+  NULL in diffs recorded before the column was added).
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ DIFFS_SCHEMA = StructType(
         StructField("unchanged", LongType()),
         StructField("changed_columns", StringType()),
         StructField("abs_change", StringType()),
+        StructField("samples", StringType()),
     ]
 )
 

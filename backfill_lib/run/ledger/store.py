@@ -167,11 +167,12 @@ class Ledger(EventWriter):
                            c["message"]) for c in self.checks(run_id))
 
     def record_diffs(self, run_id: str, diffs) -> None:
-        """Append one row per :class:`backfill_lib.validate.diff.PartitionDiff`."""
+        """Append one row per :class:`backfill_lib.validate.diff.PartitionDiff` (its ``samples`` as JSON text)."""
         self._append("diffs", [
             {"run_id": run_id, "partition": d.partition, "inserted": d.inserted, "deleted": d.deleted,
              "updated": d.updated, "unchanged": d.unchanged, "changed_columns": json.dumps(d.changed_columns),
-             "abs_change": json.dumps({k: str(v) for k, v in d.abs_change.items()})}
+             "abs_change": json.dumps({k: str(v) for k, v in d.abs_change.items()}),
+             "samples": json.dumps(list(d.samples), ensure_ascii=False)}
             for d in diffs
         ])
 
