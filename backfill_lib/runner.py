@@ -72,6 +72,9 @@ class Runner:
         self.settings = settings
         self.console = console
         self.ledger = Ledger(spark, settings.ledger_schema)
+        from backfill_lib.adapters.lineage import attach
+
+        attach(self.ledger, settings.lineage)  # OpenLineage events of every run status, when configured
         self.cancelled = threading.Event()
         #: who approved publishing to protected tables (``--approve``); recorded in the ledger and commits
         self.approved_by: str | None = None

@@ -43,6 +43,32 @@ class SparkSettings(BaseModel):
         return value
 
 
+class LineageSettings(BaseModel):
+    """Where OpenLineage events go (:mod:`backfill_lib.adapters.lineage`).
+
+    Attributes
+    ----------
+    transport:
+        The OpenLineage client's ``transport`` configuration, as in its ``openlineage.yml`` (for example
+        ``{type: http, url: http://marquez:5000}`` or ``{type: file, log_file_path: /tmp/ol.jsonl, append: true}``).
+        Unset: the client's own environment (``OPENLINEAGE_URL``, ``OPENLINEAGE__TRANSPORT__...``,
+        ``OPENLINEAGE_CONFIG``); with neither, nothing is sent.
+    namespace:
+        The jobs' namespace.
+    dataset_namespace:
+        The namespace of the tables read and written (their names are the catalog names).
+    parent:
+        ``namespace/job/run-uuid`` of the run that started backfills (``$OPENLINEAGE_PARENT_ID`` wins).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    transport: dict | None = None
+    namespace: str = "delta-backfill"
+    dataset_namespace: str = "spark_catalog"
+    parent: str | None = None
+
+
 class Settings(BaseModel):
     """Project settings.
 
@@ -77,6 +103,8 @@ class Settings(BaseModel):
     cleanup_older_than:
         ``backfill cleanup``'s default age (``30d``, ``12h``): staging tables of final runs whose last event is older
         go (:mod:`backfill_lib.core.retention`).
+    lineage:
+        OpenLineage events (:class:`LineageSettings`); unset, only the client's environment configures them.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -95,6 +123,7 @@ class Settings(BaseModel):
     lease_hours: float = Field(default=24.0, gt=0)
     lease_poll_seconds: float = Field(default=10.0, gt=0)
     cleanup_older_than: str = "30d"
+    lineage: LineageSettings = Field(default_factory=LineageSettings)
 
     @field_validator("cleanup_older_than")
     @classmethod

@@ -15,6 +15,7 @@ from backfill_lib.plan.builder import check_run_id
 from backfill_lib.publish.release import check_protected, parse_interval, retention
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import prepare
+from tests.conftest import quiet_runner
 from tests.fixtures import D9, EVENTS_SCHEMA, events_request, make_events, make_monthly, with_mart
 
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100)]
@@ -30,11 +31,16 @@ def snapshot(spark, table, version):
     return spark.read.option("versionAsOf", version).table(table)
 
 
-def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, settings, db, tmp_path, capsys, runner):
+def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, settings, db, tmp_path, capsys):
     from backfill_lib.cli import main
+    from backfill_lib.core.lineage import lineage_run_id
+    from backfill_lib.core.settings import LineageSettings
 
     make_tables(spark, db)
     plan, state = prepare(spark, settings, with_mart(tmp_path, db))
+    events_file = tmp_path / "openlineage.jsonl"  # OpenLineage's file transport: one event per line
+    runner = quiet_runner(spark, settings, lineage=LineageSettings(
+        transport={"type": "file", "log_file_path": str(events_file), "append": True}))
     result = runner.run(plan, state)
 
     assert result.status == "published" and [m.status for m in result.marts] == ["published"]
@@ -53,6 +59,24 @@ def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, set
     section = report[report.index(f'<section class="mart" id="mart-0" data-table="{db}.events_monthly">'):]
     assert '<span class="status status-published">published</span>' in section
     assert '<td data-total="rows_after" data-value="1">1</td>' in section  # the one monthly row
+
+    # lineage: the run and the mart's child run each START then COMPLETE, with the versions read and written
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    name = plan.request.name
+    by_run = {(e["job"]["name"], e["eventType"]): e for e in events}
+    assert sorted(by_run) == sorted([(name, "START"), (name, "COMPLETE"), (f"{name}:{db}.events_monthly", "START"),
+                                     (f"{name}:{db}.events_monthly", "COMPLETE")]) and len(events) == 4
+    assert [e["eventType"] for e in events if e["job"]["name"] == name] == ["START", "COMPLETE"]
+    done = by_run[(name, "COMPLETE")]
+    assert done["run"]["runId"] == lineage_run_id(plan.run_id)
+    assert [(i["name"], i["facets"]["version"]["datasetVersion"]) for i in done["inputs"]] == [
+        (s.table, str(s.version)) for s in plan.source_versions]
+    (out,) = done["outputs"]
+    assert (out["name"], out["facets"]["version"]["datasetVersion"]) == (f"{db}.events", str(result.published_version))
+    assert out["outputFacets"]["outputStatistics"]["rowCount"] == sum(result.rows.values())
+    mart_done = by_run[(f"{name}:{db}.events_monthly", "COMPLETE")]
+    assert mart_done["run"]["facets"]["parent"]["run"]["runId"] == lineage_run_id(plan.run_id)
+    assert mart_done["outputs"][0]["facets"]["version"]["datasetVersion"] == str(mart.published_version)
 
     assert main(["history", f"{db}.events_monthly"]) == 0
     assert plan.run_id in capsys.readouterr().out

@@ -26,6 +26,8 @@ class Ledger(EventWriter):
         super().__init__(spark, schema)
         self._ensured = False
         self._last_run: dict[str, dict] = {}  # run_id -> the run record record_run last returned
+        #: called as ``listener(record, status)`` after every run event is queued (lineage); they must not raise
+        self.listeners: list = []
 
     def ensure(self) -> None:
         """Create the ledger schema and tables when missing; add columns a newer version defines (nullable, so
@@ -55,6 +57,8 @@ class Ledger(EventWriter):
         record = {**run, **changes, "status": status}
         self._append("runs", [record if status == "planned" else {**record, "plan_json": None}])
         self._last_run[record["run_id"]] = record
+        for listener in self.listeners:
+            listener(record, status)
         return record
 
     @contextlib.contextmanager
