@@ -117,11 +117,17 @@ class LineageEmitter:
         )
 
 
+def _written_rows(ledger, run_id: str) -> dict[str, int]:
+    """Rows by partition of a published run's partitions (their latest event ``staged`` or ``published``)."""
+    return {p["partition"]: int(p["rows"] or 0) for p in ledger.partitions(run_id)
+            if p["status"] in ("staged", "published")}
+
+
 def attach(ledger, settings: LineageSettings) -> LineageEmitter | None:
     """Add a :class:`LineageEmitter` to ``ledger``'s listeners when a transport is configured; return it."""
     client = make_client(settings)
     if client is None:
         return None
-    emitter = LineageEmitter(settings, client, ledger.staged_rows)
+    emitter = LineageEmitter(settings, client, lambda run_id: _written_rows(ledger, run_id))
     ledger.listeners.append(emitter)
     return emitter
