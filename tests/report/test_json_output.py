@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import jsonschema
-import pytest
 
 from backfill_lib.core.checks import Check
 from backfill_lib.report.documents import (
