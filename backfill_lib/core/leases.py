@@ -11,8 +11,10 @@ stray rows, the fence: exit 2 to 4), and age: a lease whose run recorded nothing
 has expired (a crashed run nobody resumed).
 
 Two leases conflict when they are on the same table (:func:`~backfill_lib.core.table_names.same_table_key`) and
-their ranges overlap as half-open intervals of instants (a day starts at midnight in its request's
-``time_zone``); a rebuild, or a run without a range, covers the whole table. ``target.where`` is not compared: two
+their ranges overlap, either as half-open intervals of instants (a day starts at midnight in its request's
+``time_zone``) or as intervals of wall-clock time (the dates and hours as each request reads them): a ``DATE``,
+``yyyyMMdd`` or integer date-part partition is the same partition in every zone, so two requests for 2024-03-02
+conflict even when their zones are a day apart, while a timestamp range is compared in instants; a rebuild, or a run without a range, covers the whole table. ``target.where`` is not compared: two
 runs on the same days of different regions still conflict (the check is conservative; ``--concurrent`` overrides
 it, and the fence still guards each publish).
 """
@@ -48,6 +50,10 @@ class Lease:
     shown: str = ""
     #: for a ``failed`` run: whether its error may pass on a retry (``None``: not recorded, taken as yes)
     resumable: bool | None = None
+    #: the range in wall-clock time of its request's zone (naive; a date is its midnight), compared beside the
+    #: instants because a date-keyed partition does not move with the zone
+    wall_start: datetime | None = None
+    wall_end: datetime | None = None
 
     @property
     def held(self) -> bool:
@@ -61,7 +67,11 @@ class Lease:
             return False
         if self.start is None or other.start is None:
             return True
-        return self.start < other.end and other.start < self.end
+        if self.start < other.end and other.start < self.end:
+            return True
+        if None in (self.wall_start, self.wall_end, other.wall_start, other.wall_end):
+            return False
+        return self.wall_start < other.wall_end and other.wall_start < self.wall_end
 
     def span(self) -> str:
         """The range as people read it: ``[2024-03-01, 2024-04-01) America/New_York``, or ``the whole table``."""
@@ -86,6 +96,12 @@ def _instant(text: str | None, time_zone: str) -> datetime | None:
     return datetime(day.year, day.month, day.day, tzinfo=zone(time_zone)).astimezone(timezone.utc)
 
 
+def _wall(text: str | None, time_zone: str) -> datetime | None:
+    """A plan bound as naive wall-clock time in ``time_zone`` (a date: its midnight)."""
+    instant = _instant(text, time_zone)
+    return None if instant is None else instant.astimezone(zone(time_zone)).replace(tzinfo=None)
+
+
 def make_lease(run_id: str, table: str, owner: str, status: str, *, whole: bool, start: object, end: object,
                time_zone: str, planned_seq: int, last_event_at: datetime, resumable: bool | None = None) -> Lease:
     """A lease from a plan's fields: ``start``/``end`` its half-open bounds (dates, datetimes or their ISO text;
@@ -96,8 +112,9 @@ def make_lease(run_id: str, table: str, owner: str, status: str, *, whole: bool,
         low = high = None
     last = last_event_at if last_event_at.tzinfo else last_event_at.replace(tzinfo=timezone.utc)
     shown = "the whole table" if low is None else f"[{start}, {end}) {time_zone}"
+    walls = (None, None) if low is None else (_wall(str(start), time_zone), _wall(str(end), time_zone))
     return Lease(run_id, table, owner or "?", status, low, high, planned_seq, last.astimezone(timezone.utc), shown,
-                 resumable)
+                 resumable, *walls)
 
 
 def lease_of(run: dict) -> Lease:

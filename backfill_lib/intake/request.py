@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -392,6 +392,9 @@ class BackfillRequest(_Frozen):
         """The request a mart is recomputed by: the mart's table, SQL, keys and suite; the months (or days) that
         cover this request's range; the same owner, reason and time zone; strategy recompute."""
         first, last = self.range.start, self.range.end
+        if self.target.grain is Grain.MONTH and mart.grain is not Grain.MONTH:
+            # a month of the target covers every day of it: the range's end names its last month's first day
+            last = (last.replace(day=28) + timedelta(days=4)).replace(day=1) - timedelta(days=1)
         if mart.grain is Grain.MONTH:
             first, last = first.replace(day=1), last.replace(day=1)
         return BackfillRequest(

@@ -56,6 +56,8 @@ class StrategyKind:
     kind: Strategy = Strategy.RECOMPUTE
     #: Whether staged rows replace whole partitions, so row-count gates compare them with the target's rows.
     replaces_partitions = True
+    #: publishing rewrites each partition whole, so target rows that repeat a key end up once (not a MERGE)
+    removes_repeated_keys = True
     #: Whether staging writes in the plan's ``write_time_zone`` (a staging table partitioned like the target's).
     stages_in_write_zone = False
     #: The publishing commit, as the Change Data Feed line names it.
@@ -160,6 +162,7 @@ class PatchKind(StrategyKind):
 
 class ChangesOnlyKind(RecomputeKind):
     name = "recompute, publish_mode changes_only"
+    removes_repeated_keys = False
     publishing = "one MERGE (publish_mode changes_only)"
 
     def merge_condition(self, plan: BackfillPlan, shown: int | None = None) -> str:

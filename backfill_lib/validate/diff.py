@@ -301,3 +301,26 @@ def diff_json(d: PartitionDiff) -> dict[str, str]:
     return {"changed_columns": json.dumps(d.changed_columns),
             "abs_change": json.dumps({k: str(v) for k, v in d.abs_change.items()}),
             "samples": json.dumps(list(d.samples), ensure_ascii=False)}
+
+
+def target_duplicate_checks(diffs, staged_rows: dict[str, int], replaces: bool) -> list[Check]:
+    """One ``target_keys`` check per partition whose target rows repeat a key the staged rows hold once.
+
+    The diff joins each target row once; a staged key matched by ``k`` target rows counts ``k`` times, so
+    ``inserted + updated + unchanged`` exceeds the staged rows (``staged_rows``, by partition key, keys unique) by
+    the target's extra rows. ``replaces``: publishing rewrites the partition (recompute with ``publish_mode:
+    replace``), which removes them (a passing check saying so); otherwise (``changes_only``) a failing one.
+    """
+    checks = []
+    for d in diffs:
+        extra = d.inserted + d.updated + d.unchanged - staged_rows.get(d.partition, 0)
+        if extra <= 0:
+            continue
+        what = (f"the target holds {extra} more rows than keys in partition {d.partition} (duplicate keys)")
+        checks.append(Check(
+            "target_keys", "target keys unique", replaces, partition=d.partition, observed=f"{extra} extra rows",
+            expected="0 extra rows",
+            message=(f"{what}; publishing replaces the partition, leaving each key once" if replaces else
+                     f"{what}; publish_mode changes_only would keep them: publish with publish_mode: replace")))
+    return checks
+

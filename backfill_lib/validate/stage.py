@@ -31,6 +31,7 @@ from backfill_lib.strategies.base import partition_fingerprints
 from backfill_lib.validate.constraints import applicable, constraint_checks
 from backfill_lib.validate.diff import diff_by_key
 from backfill_lib.validate.diff import evaluate as evaluate_diff
+from backfill_lib.validate.diff import target_duplicate_checks
 from backfill_lib.validate.gates import row_count_checks
 from backfill_lib.validate.key_audit import unique_key_checks
 from backfill_lib.validate.metrics import compare as compare_metrics
@@ -103,6 +104,9 @@ class Validate:
             checks, diffs, fingerprints = self._audit(plan, runner, scope, whole, rows, reporter, sources)
         finally:
             rows.unpersist()
+        impl = strategy_for(plan.strategy, plan.request.publish_mode)
+        if impl.replaces_partitions:
+            checks += target_duplicate_checks(diffs, staged.rows, replaces=impl.removes_repeated_keys)
         return Validated(tuple(self._gate_row_counts(plan, staged.rows) + checks), tuple(diffs), fingerprints)
 
     def _audit(self, plan: BackfillPlan, runner: SuiteRunner | None, scope: Batch, whole: bool, staged: DataFrame,
@@ -216,7 +220,8 @@ class Validate:
 
 def nothing_changes(staged: Staged, validated: Validated) -> bool:
     """True when publishing would rewrite rows identical to the target's: every planned partition's diff has no
-    insert, delete or update (or the partition is empty on both sides), and the strategy does not always publish
+    insert, delete or update and as many unchanged rows as were staged (more: the target repeats keys), or the
+    partition is empty on both sides, and the strategy does not always publish
     (:meth:`~backfill_lib.strategies.base.StrategyImpl.always_publishes`: a rebuild, a run that adds a column)."""
     plan = staged.plan
     if strategy_for(plan.strategy).always_publishes(staged.casts):
@@ -228,5 +233,7 @@ def nothing_changes(staged: Staged, validated: Validated) -> bool:
             if staged.rows.get(p.key, 0) or p.current.rows:
                 return False
         elif d.inserted or d.deleted or d.updated:
+            return False
+        elif d.unchanged != staged.rows.get(p.key, 0):  # the target repeats keys: the rewrite removes the copies
             return False
     return True

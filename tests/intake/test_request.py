@@ -151,6 +151,19 @@ def test_a_monthly_mart_covers_the_months_of_the_range():
     assert (child.target.table, child.strategy.value, child.owner) == ("d.m", "recompute", "o")
 
 
+def test_a_daily_mart_of_a_monthly_target_covers_every_day_of_its_months():
+    daily = Mart(table="d.daily", partition_column="dt", grain="day", sql="m.sql", keys=["k"])
+    request = BackfillRequest(name="r", owner="o", reason="why",
+                              target=Target(table="d.t", partition_column="month", grain="month"),
+                              range=DateRange(start=date(2024, 1, 1), end=date(2024, 2, 1)), strategy="recompute",
+                              source=Source(sql="s.sql"), keys=["k"], marts=[daily, mart("d.m")])
+    child = request.mart_request(daily)
+    assert (child.range.start, child.range.end) == (date(2024, 1, 1), date(2024, 2, 29))  # leap February whole
+    assert child.bounds() == request.bounds() == (date(2024, 1, 1), date(2024, 3, 1))
+    monthly = request.mart_request(request.marts[1])
+    assert (monthly.range.start, monthly.range.end) == (date(2024, 1, 1), date(2024, 2, 1))
+
+
 def test_publish_mode_is_for_recompute_only(tmp_path):
     sql = tmp_path / "s.sql"
     sql.write_text("SELECT 1")

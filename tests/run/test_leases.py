@@ -47,6 +47,17 @@ def test_leases_conflict_on_overlapping_ranges_of_the_same_table_while_their_run
         "event")
 
 
+def test_the_same_date_conflicts_whatever_the_zones_of_the_two_requests():
+    # a DATE partition 2024-03-02 is one partition in every zone; in instants these days are 24 hours apart
+    # (Kiritimati is UTC+14, Honolulu UTC-10), so only the wall-clock comparison sees the overlap
+    first = lease("kiritimati", date(2024, 3, 1), date(2024, 3, 3), tz="Pacific/Kiritimati", seq=1)
+    second = lease("honolulu", date(2024, 3, 2), date(2024, 3, 3), tz="Pacific/Honolulu", seq=2)
+    assert second.start >= first.end  # no shared instant
+    assert [h.run_id for h in holding([first], second, NOW, 24)] == ["kiritimati"]
+    later = lease("honolulu_4th", date(2024, 3, 4), date(2024, 3, 5), tz="Pacific/Honolulu", seq=3)
+    assert holding([first], later, NOW, 24) == []
+
+
 def test_after_waits_for_a_run_of_any_table_until_it_is_final_and_notes_another_table():
     from backfill_lib.core.leases import after_note, wait_is_over
 

@@ -87,6 +87,15 @@ def test_running_twice_leaves_identical_contents(spark, settings, db, tmp_path):
     assert second.status == "unchanged"  # identical rows: no empty commit
     assert current_version(spark, f"{db}.events") == version
 
+    # the daily job "ran twice": 2024-03-09 holds every row twice. Staged rows equal each copy, yet the run must
+    # publish, and leave each key once
+    spark.sql(f"INSERT INTO {db}.events SELECT * FROM {db}.events WHERE dt = DATE'2024-03-09'")
+    third = run(spark, settings, request)
+    assert third.status == "published" and third.published_version == version + 2
+    assert sorted(spark.table(f"{db}.events").collect()) == first_rows
+    (dup,) = [c for c in third.checks if c.kind == "target_keys"]
+    assert (dup.partition, dup.success, dup.observed) == ("2024-03-09", True, "4 extra rows")
+
 
 def test_duplicate_key_fails_validation_and_changes_nothing(spark, settings, db, tmp_path, capsys):
     make_events(spark, db, [(3, D9, 30), (3, D9, 31), (4, D9, 40)])
