@@ -131,7 +131,8 @@ def build_plan(
         required when the request has one. ``state.partitions`` are then the stats of ``where``'s files only.
 
     A rebuild without a range touches every partition the target has now (from the Delta log), in one batch:
-    the whole table is re-created at once.
+    the whole table is re-created at once. A ``depends_on_past`` request gets one batch per partition, in the
+    range's order (the run stages them in that order, one at a time; :mod:`backfill_lib.run.past`).
 
     The plan's ``session_time_zone`` is the request's ``time_zone``: the run's SQL runs in it, not in the
     settings' zone.
@@ -177,6 +178,8 @@ def build_plan(
         planned = _with_current_stats(parts, state.partitions, grain, fmt is not None)
     if request.strategy.whole_table:  # one CREATE OR REPLACE of the staging table
         size = len(planned) or 1
+    elif request.depends_on_past:  # partition N is staged before partition N+1 reads it (run.past)
+        size = 1
     else:
         size = request.batch_size or batch_size or batch_partitions(planned, source_input, batch_bytes)
     batches = tuple(

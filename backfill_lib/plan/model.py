@@ -288,6 +288,8 @@ class BackfillPlan:
             "range_files": None if self.range_files is None else asdict(self.range_files),
             "files_without_stats": self.files_without_stats,
             "target_generated": [asdict(g) for g in self.target_generated],
+            # also in "request"; here for readers of the ledger: batches are one partition each, staged in order
+            "depends_on_past": self.request.depends_on_past,
         }
 
 
