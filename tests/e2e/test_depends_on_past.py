@@ -15,7 +15,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, IntegerType, LongType, StringType, StructField, StructType
 
 from backfill_lib.adapters.delta_log import current_version
-from backfill_lib.core.errors import ConflictError
+from backfill_lib.core.errors import ConflictError, IntakeError
+from backfill_lib.plan.explain import past_line
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.conftest import write_request
@@ -58,10 +59,19 @@ def test_a_running_total_recomputed_in_order_equals_a_window_sum_and_resumes_fro
     expected = spark.table(f"{db}.events").select("day", "key", F.sum("amount").over(by_key).cast("bigint").alias("total"))
     assert sorted(r["total"] for r in expected.collect()) == [1, 4, 5, 7, 11, 12, 14, 21]
 
+    # a source SQL that does not name the target (here: reads it through a view) cannot be redirected: exit 2
+    spark.sql(f"CREATE VIEW {db}.totals_view AS SELECT * FROM {db}.totals")
+    hidden = totals_request(tmp_path, db, "hidden", depends_on_past=True)
+    (tmp_path / "totals.sql").write_text((tmp_path / "totals.sql").read_text().replace(f"{db}.totals ", f"{db}.totals_view "))
+    with pytest.raises(IntakeError, match=rf"hidden.yml: field 'depends_on_past': .*totals.sql does not name the "
+                                          rf"target {db}.totals directly"):
+        prepare(spark, settings, hidden)
+
     # without the flag (the rule as it was: the source reads the target as the plan saw it), day N reads the old
     # day N-1: day 1 is right (day 0 is), days 2 and 3 are not; the plan says the source reads the target itself
     plain, state = prepare(spark, settings, totals_request(tmp_path, db, "plain"))
     assert [b.keys for b in plain.batches] == [("2024-03-09", "2024-03-10", "2024-03-11")]
+    assert past_line(plain).startswith(f"the source SQL reads {db}.totals itself, at version {plain.target_version} ")
     result = make_runner().run(plain, state, until="validate")
     assert result.status == "validated"
     staged = {(r["day"], r["key"]): r["total"] for r in spark.table(plain.staging_table).collect()}
