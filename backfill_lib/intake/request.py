@@ -343,6 +343,11 @@ class BackfillRequest(_Frozen):
     #: what publishing does when a source the run read at a pinned version changed in the range since:
     #: ``report`` (a failed ``source_snapshot`` check; the pinned rows are published) or ``refuse`` (exit 4)
     on_source_change: Literal["report", "refuse"] = "report"
+    #: the target is order-dependent (a cumulative or SCD2 table whose partition N is derived from partition N-1 of
+    #: the target itself): each partition is its own batch, staged strictly in order, one at a time, and the source
+    #: SQL's references to the target read the target as it will be (this run's staged partitions, the target's
+    #: rows as the plan saw them elsewhere; :mod:`backfill_lib.run.past`). Recompute only.
+    depends_on_past: bool = False
 
     @field_validator("owner", "reason")
     @classmethod
@@ -368,6 +373,7 @@ class BackfillRequest(_Frozen):
         if self.target.where is not None and self.strategy.whole_table:
             raise ValueError(f"target.where: a {self.strategy.value} re-creates the whole table; where applies to "
                              "recompute and patch")
+        self._check_past()
         if self.range is None:
             if not self.strategy.whole_table:  # only a whole-table strategy may cover every partition
                 raise ValueError(f"range: required for strategy {self.strategy.value}")
@@ -387,6 +393,25 @@ class BackfillRequest(_Frozen):
                              f"(the exclusive end included) would fall outside {date.min.isoformat()} .. "
                              f"{date.max.isoformat()}") from None
         return self
+
+    def _check_past(self) -> None:
+        """Refuse what ``depends_on_past`` cannot do (raises ``ValueError`` naming the field at fault).
+
+        Only a recompute: a rebuild stages the whole table in one statement, so no partition can read the staged
+        one before it; a patch stages some rows of a partition only, so "the previous partition as it will be" would
+        be the patched rows without the others. Batches are one partition each, one at a time: a ``batch_size`` or
+        ``concurrency`` above 1 is refused rather than silently overridden."""
+        if not self.depends_on_past:
+            return
+        if self.strategy is not Strategy.RECOMPUTE:
+            raise ValueError(f"depends_on_past: applies to strategy recompute only (got strategy {self.strategy.value}"
+                             "; a rebuild stages the whole table at once and a patch only some rows of a partition)")
+        if self.batch_size is not None and self.batch_size > 1:
+            raise ValueError(f"batch_size: must be 1 or left out with depends_on_past (got {self.batch_size}): each "
+                             "partition is staged before the next one reads it")
+        if self.concurrency is not None and self.concurrency > 1:
+            raise ValueError(f"concurrency: must be 1 or left out with depends_on_past (got {self.concurrency}): "
+                             "partitions are staged in order, one at a time")
 
     def mart_request(self, mart: Mart) -> "BackfillRequest":
         """The request a mart is recomputed by: the mart's table, SQL, keys and suite; the months (or days) that

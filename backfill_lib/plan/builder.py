@@ -134,7 +134,8 @@ def build_plan(
         required when the request has one. ``state.partitions`` are then the stats of ``where``'s files only.
 
     A rebuild without a range touches every partition the target has now (from the Delta log), in one batch:
-    the whole table is re-created at once.
+    the whole table is re-created at once. A ``depends_on_past`` request gets one batch per partition, in the
+    range's order (the run stages them in that order, one at a time; :mod:`backfill_lib.run.past`).
 
     The plan's ``session_time_zone`` is the request's ``time_zone``: the run's SQL runs in it, not in the
     settings' zone.
@@ -182,6 +183,8 @@ def build_plan(
                                       fmt is not None or target.partition_columns is not None)
     if request.strategy.whole_table:  # one CREATE OR REPLACE of the staging table
         size = len(planned) or 1
+    elif request.depends_on_past:  # partition N is staged before partition N+1 reads it (run.past)
+        size = 1
     else:
         size = request.batch_size or batch_size or batch_partitions(planned, source_input, batch_bytes)
     batches = tuple(
@@ -366,6 +369,8 @@ def select_partitions(plan: BackfillPlan, selection, batch_size: int | None = No
             raise IntakeError(f"{plan.request_path}: --only {selection.mode.value} selected partition {c.key}, which "
                               f"is not partition {c.index + 1} of the plan's range")
     size = plan.request.batch_size or batch_size or batch_partitions(list(planned), plan.source_input, batch_bytes)
+    if plan.request.depends_on_past:  # partition N reads N-1 as staged: one partition per batch, as build_plan
+        size = 1
     batches: list[Batch] = []
     for run in contiguous([c.index for c in selection.chosen]):
         # adjacent in the range's order; a gap inside the plan's own partitions (none today) would split here too

@@ -144,6 +144,27 @@ def _pins_line(plan: BackfillPlan) -> str:
     return f"{listed} (read at these versions for the whole run; the run pins them again when it starts)"
 
 
+def _norm_location(loc: str) -> str:
+    loc = loc.rstrip("/")
+    return "file:/" + loc[len("file:///"):] if loc.startswith("file:///") else loc
+
+
+def past_line(plan: BackfillPlan) -> str | None:
+    """What the plan says of the order of its batches: for ``depends_on_past``, that they run in order, one
+    partition at a time, each reading the staged previous partition of the target; for a source SQL that reads
+    the target (a pinned source at the target's location) without it, that it reads the target's old rows;
+    ``None`` otherwise."""
+    if plan.request.depends_on_past:
+        return (f"depends_on_past: batches run in order, one partition at a time (concurrency 1); each reads the "
+                f"staged previous partitions of {plan.target_table} instead of the published ones (its other rows "
+                f"at version {plan.target_version}); a resume continues from the first unstaged partition")
+    here = _norm_location(plan.target_location or "")
+    if here and any(_norm_location(s.location) == here for s in plan.source_versions or ()):
+        return (f"the source SQL reads {plan.target_table} itself, at version {plan.target_version} (its rows before "
+                "this run); if a partition derives from an earlier partition of the range, set depends_on_past")
+    return None
+
+
 def explain(plan: BackfillPlan) -> Group:
     """A renderable of the plan: what, why, which partitions, their current cost, where rows are staged."""
     r = plan.request
@@ -189,7 +210,9 @@ def explain(plan: BackfillPlan) -> Group:
         ("expectation suite", str(r.expectations or "none")),
         ("reconciliation", ", ".join(rule.name for rule in r.reconciliation) or "none"),
         ("downstream marts", _marts_line(plan)),
-        ("concurrency", f"{r.concurrency} batches at once" if r.concurrency else "from settings"),
+        *([("order", order)] if (order := past_line(plan)) else []),
+        ("concurrency", "1 batch at a time (depends_on_past)" if r.depends_on_past
+         else f"{r.concurrency} batches at once" if r.concurrency else "from settings"),
         ("plan ID", f"{plan.run_id} (`backfill run` plans again and gets its own run ID)"),
     ]:
         head.add_row(label, Text(value))  # as text: a name or predicate holding [x] is no console markup

@@ -289,6 +289,8 @@ class BackfillPlan:
             "files_without_stats": self.files_without_stats,
             "target_generated": [asdict(g) for g in self.target_generated],
             "selection": None if self.selection is None else self.selection.to_json(),
+            # also in "request"; here for readers of the ledger: batches are one partition each, staged in order
+            "depends_on_past": self.request.depends_on_past,
         }
 
 

@@ -27,6 +27,7 @@ from backfill_lib.intake.rule_checks import check_rules
 from backfill_lib.intake.where_check import check_where
 from backfill_lib.plan.builder import build_plan
 from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.plan.past_reads import check_past_reads
 from backfill_lib.plan.source_pins import pin_sources
 from backfill_lib.plan.source_query import source_frame, source_input
 
@@ -47,10 +48,14 @@ def prepare(
     Raises
     ------
     IntakeError
-        When the Spark session cannot take the request's ``time_zone``, naming both zones; nothing is written.
+        When the Spark session cannot take the request's ``time_zone``, naming both zones, or a ``depends_on_past``
+        request's source SQL does not name the target where it can be redirected
+        (:func:`~backfill_lib.plan.past_reads.check_past_reads`); nothing is written.
     """
     request = load_request(request_path)
     check_path_tables(spark, request, str(request_path))
+    if request.depends_on_past:  # its reads of the target must be redirectable to the staged partitions
+        check_past_reads(spark, request, str(request_path))
     bounds = request.bounds() or (None, None)
     with session_time_zone(spark, request.time_zone, str(request_path)), \
             ThreadPoolExecutor(2, thread_name_prefix="prepare") as pool:  # two independent reads of metadata

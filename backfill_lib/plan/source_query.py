@@ -6,7 +6,7 @@ it is bound, pinned and sized. Only analysis and file metadata; no data is read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import date, datetime
 from urllib.parse import urlsplit
 
@@ -22,7 +22,7 @@ from backfill_lib.plan.model import SourceInput
 
 def source_frame(
     spark: SparkSession, request: BackfillRequest, start: date | datetime | None, end: date | datetime | None,
-    versions: Mapping[str, int] | None = None,
+    versions: Mapping[str, int] | None = None, rewrite: Callable[[str], str] | None = None,
 ) -> DataFrame:
     """The source rows for the half-open range ``[start, end)``, as a lazy DataFrame.
 
@@ -33,7 +33,9 @@ def source_frame(
     analysis happens here; no data is read and nothing else is executed.
     ``versions`` (the plan's :attr:`~backfill_lib.plan.model.BackfillPlan.pinned_versions`) reads each Delta table the
     SQL names at its pinned version (:func:`backfill_lib.plan.source_pins.pin_versions`), rewritten after the check
-    and before the wrapping; ``None`` reads them as they are.
+    and before the wrapping; ``None`` reads them as they are. ``rewrite`` (``depends_on_past``: the target's
+    references replaced by the run's view of it, :func:`backfill_lib.run.past.past_source_frame`) is applied to
+    the checked query before the pinning.
 
     Raises
     ------
@@ -44,7 +46,8 @@ def source_frame(
     from backfill_lib.plan.source_pins import pinned_sql  # source_pins reads the source SQL through this module
 
     where = str(request.source.sql)
-    text = wrap_query(pinned_sql(spark, check_query(spark, read_sql(request.source.sql), where), versions))
+    body = check_query(spark, read_sql(request.source.sql), where)
+    text = wrap_query(pinned_sql(spark, body if rewrite is None else rewrite(body), versions))
     try:
         if start is None:
             df = spark.sql(text)

@@ -25,6 +25,7 @@ from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.plan.source_query import source_frame
 from backfill_lib.run.ledger import LINGER_SECONDS, Ledger
+from backfill_lib.run.past import past_source_frame
 from backfill_lib.run.staging import StagingTable, aligned, open_staging_table
 from backfill_lib.strategies import strategy_for
 
@@ -52,8 +53,9 @@ class BatchStager:
               done: dict[str, int]) -> dict[str, int]:
         """Stage every batch not already staged (``done``: staged rows by partition key, from the ledger).
 
-        Batches run ``concurrency`` at a time (request, else settings). Returns staged rows by partition key for
-        the whole plan.
+        Batches run ``concurrency`` at a time (request, else settings); a ``depends_on_past`` plan's run one at a
+        time in order, from the first unstaged one on (:mod:`backfill_lib.run.past`). Returns staged rows by
+        partition key for the whole plan.
 
         Raises
         ------
@@ -65,10 +67,15 @@ class BatchStager:
         """
         rows = {k: done[k] for p in plan.partitions if (k := p.key) in done}
         todo = [b for b in plan.batches if not all(k in done for k in b.keys)]
+        if plan.request.depends_on_past and todo:
+            # every batch from the first unstaged one on: a later batch read the earlier ones as staged
+            todo = list(plan.batches[todo[0].index:])
         skipped = len(plan.partitions) - sum(len(b.keys) for b in todo)
         if skipped:
             reporter.stage(f"resuming: {skipped} partitions already staged, {len(todo)} batches to go")
         concurrency = max(1, min(plan.request.concurrency or self.settings.concurrency, len(todo) or 1))
+        if plan.request.depends_on_past:  # batch N reads the staged batch N-1 (run.past)
+            concurrency = 1
         # The run and its plan must be in the ledger before any row is staged (so resume can find the run): they
         # commit now, while the first batches read their sources, and each batch waits for them before writing.
         self.ledger.write_now()
@@ -123,7 +130,10 @@ class BatchStager:
         started = _utc()
         self._record(plan, batch, "staging", attempt=1, started_at=started)
         bounds = (batch.start, batch.end) if plan.request.range else (None, None)
-        df = aligned(source_frame(self.spark, plan.request, *bounds, versions=plan.pinned_versions), casts)
+        if plan.request.depends_on_past:  # the target's references read this run's staged earlier batches
+            df = aligned(past_source_frame(self.spark, plan, batch), casts)
+        else:
+            df = aligned(source_frame(self.spark, plan.request, *bounds, versions=plan.pinned_versions), casts)
         label = batch_label(plan, batch)
 
         def before_write() -> None:
