@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: files kept whole on one worker (their module-scoped fixtures start JVMs of their own)
 GROUPED = ("tests/e2e/test_crash_points.py", "tests/e2e/test_cluster.py", "tests/e2e/test_crash_safety.py")
 #: the longest units first, so that no long one is left to run alone at the end (CI of 2026-12-02: crash_points,
-#: crash_safety and cluster each took about a quarter of one worker's time, then the demo, then the wheel)
+#: crash_safety and cluster each took about a quarter of one worker's time, then the demo, then the wheel; since
+#: then crash_safety starts 3 JVMs instead of 4, cluster 4 spark-submit JVMs without Ivy resolution instead of 5
+#: with, and the crash processes compile with C1 only, so crash_points, with 6 JVMs, is the longest)
 LONGEST_FIRST = (*GROUPED, "tests/e2e/test_demo.py", "tests/e2e/test_wheel.py")
 #: whether any collected test uses the ``spark`` fixture
 _NEEDS_SPARK = pytest.StashKey[bool]()

@@ -4,8 +4,11 @@
 
 Creates ``SCHEMA.events`` (the target) and ``SCHEMA.events_src`` (the source) for each schema when they do not
 exist (and the mart ``SCHEMA.events_monthly`` of :func:`tests.fixtures.make_monthly` for a schema written
-``SCHEMA+monthly``), then runs each ``ARGS`` through :func:`backfill_lib.cli.main` in this one process (one Spark start), and
-exits with the first non-zero exit code. ``BACKFILL_HOME`` chooses the folder (warehouse, Derby metastore);
+``SCHEMA+monthly``), then runs each ``ARGS`` through :func:`backfill_lib.cli.main` in this one process (one Spark
+start), printing ``crash_job: exit CODE: ARGS`` on stderr after each, and exits with the first non-zero exit code. A
+command that fails does not stop the next: a run cancelled by SIGTERM and its resume share one process (the JVM ignores
+SIGTERM). The JVM compiles with C1 only (``short_lived``): these processes run a few tiny commands, where C2's compiler
+threads only compete for the 2 cores. ``BACKFILL_HOME`` chooses the folder (warehouse, Derby metastore);
 ``BACKFILL_CRASH_AT`` kills the process at a named point (see :mod:`backfill_lib.core.faults`).
 """
 
@@ -36,15 +39,16 @@ def setup(spark, schema: str) -> None:
 
 def run(argv: list[str]) -> int:
     schemas, *commands = " ".join(argv).split(" -- ")
-    spark = get_spark(load_settings())
+    spark = get_spark(load_settings(), short_lived=True)
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     for schema in schemas.split(","):
         setup(spark, schema)
+    first = 0
     for command in commands:
         code = main(command.split())
-        if code:
-            return code
-    return 0
+        print(f"crash_job: exit {code}: {command}", file=sys.stderr, flush=True)
+        first = first or code
+    return first
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
 """Crash safety to the last step, in real processes signalled as a scheduler or an operator would.
 
-Four processes (``tests/crash_job.py``, one Spark start each) share one folder and go through one story:
+Three processes (``tests/crash_job.py``, one Spark start each) share one folder and go through one story:
 
 1. ``run`` of a request with a mart, SIGKILL to the process group right after ``run ID: ...`` is printed;
 2. ``status`` and ``resume`` of that ID (it publishes target and mart), then ``rollback``, SIGKILL to the
    group between the mart's RESTORE and the target's;
 3. ``status`` (``rolling_back``), ``rollback`` again (finishes), ``rollback`` twice more (already rolled back,
-   exit 0, with and without ``--force``), then ``run`` of a second request, SIGTERM to the group while staging;
-4. ``resume`` of the cancelled run.
+   exit 0, with and without ``--force``), then ``run`` of a second request, SIGTERM to the group while staging
+   (the run ends ``cancelled``, exit 130; the JVM ignores SIGTERM, so the process lives on), then ``resume`` of
+   the cancelled run and its ``status``, as an operator would start them after the stop.
 
 Each process pauses at a named point (``BACKFILL_PAUSE_AT``, :mod:`backfill_lib.core.faults`) and the test signals
 its whole process group (``os.killpg``) from outside. The tables and the ledger are read by path from the test
@@ -82,10 +83,12 @@ def story(tmp_path_factory):
     rollback = ["rollback", run_id, "--by", "ana@example.com", "--reason", "TEST-20-undo"]
     steps["resume_and_rollback"] = _run_job(home, "p2", [["status", run_id], ["resume", run_id], rollback],
                                             "between_restores", signal.SIGKILL)
-    steps["rollback_again_and_term"] = _run_job(
+    # one process for the SIGTERM and the resume after it (crash_job goes on after a non-zero exit code and
+    # prints each command's code): SIGTERM leaves the JVM running, so a fourth JVM start would test nothing more
+    steps["rollback_again_term_and_resume"] = _run_job(
         home, "p3", [["status", run_id], rollback, rollback, [*rollback, "--force"],
-                     ["run", str(term), "--run-id", "term_me"]], "after_stage:1", signal.SIGTERM)
-    steps["resume_term"] = _run_job(home, "p4", [["resume", "term_me"], ["status", "term_me"]], "", None)
+                     ["run", str(term), "--run-id", "term_me"], ["resume", "term_me"], ["status", "term_me"]],
+        "after_stage:1", signal.SIGTERM)
     return home, run_id, steps
 
 
@@ -114,7 +117,7 @@ def test_a_run_killed_right_after_its_id_is_printed_is_found_and_resumed(story):
 
 def test_a_rollback_killed_between_restores_finishes_with_one_restore_per_table(spark, story):
     home, run_id, steps = story
-    code, out, err = steps["rollback_again_and_term"]
+    code, out, err = steps["rollback_again_term_and_resume"]
     assert f"run {run_id}: rolling_back" in out
     assert (f"rollback under way (finish it with `backfill rollback RUN_ID` or `backfill resume RUN_ID`): "
             f"{ROLL}.events_monthly to version 0, {ROLL}.events to version 0") in out
@@ -136,14 +139,15 @@ def test_a_rollback_killed_between_restores_finishes_with_one_restore_per_table(
 
 def test_sigterm_to_the_process_group_cancels_and_resume_publishes(spark, story):
     home, _, steps = story
-    code, out, err = steps["rollback_again_and_term"]
-    assert code == 130, err[-3000:]
+    code, out, err = steps["rollback_again_term_and_resume"]
+    assert code == 130, err[-3000:]  # the first non-zero exit code: the cancelled run's
+    assert re.search(r"^crash_job: exit 130: run \S+ --run-id term_me$", err, re.M), err[-3000:]
     assert "SIGTERM: finishing the batches in flight, then stopping" in err
     assert "run term_me cancelled" in err + out
     assert "unexpected" not in err
-    code, out, err = steps["resume_term"]
-    assert code == 0, err[-3000:]
-    assert "run term_me: published 3 partitions (9 rows)" in out
+    for command in ("resume term_me", "status term_me"):
+        assert re.search(rf"^crash_job: exit 0: {command}$", err, re.M), err[-3000:]
+    assert "run term_me: published 3 partitions (9 rows)" in out  # by the resume: the run was cancelled
     assert _status(spark, home, "term_me") == "published"
     path = _table(home, TERM, "events")
     assert_df_equality(spark.read.format("delta").load(path), spark.createDataFrame(FULL_EXPECTED, EVENTS_SCHEMA),
