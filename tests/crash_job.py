@@ -7,8 +7,7 @@ exist (and the mart ``SCHEMA.events_monthly`` of :func:`tests.fixtures.make_mont
 ``SCHEMA+monthly``), then runs each ``ARGS`` through :func:`backfill_lib.cli.main` in this one process (one Spark
 start), printing ``crash_job: exit CODE: ARGS`` on stderr after each, and exits with the first non-zero exit code. A
 command that fails does not stop the next: a run cancelled by SIGTERM and its resume share one process (the JVM ignores
-SIGTERM). The JVM compiles with C1 only (``short_lived``): these processes run a few tiny commands, where C2's compiler
-threads only compete for the 2 cores. ``BACKFILL_HOME`` chooses the folder (warehouse, Derby metastore);
+SIGTERM). ``BACKFILL_HOME`` chooses the folder (warehouse, Derby metastore);
 ``BACKFILL_CRASH_AT`` kills the process at a named point (see :mod:`backfill_lib.core.faults`).
 """
 
@@ -39,7 +38,7 @@ def setup(spark, schema: str) -> None:
 
 def run(argv: list[str]) -> int:
     schemas, *commands = " ".join(argv).split(" -- ")
-    spark = get_spark(load_settings(), short_lived=True)
+    spark = get_spark(load_settings())
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     for schema in schemas.split(","):
         setup(spark, schema)

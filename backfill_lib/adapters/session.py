@@ -193,8 +193,10 @@ def _jvm_ignores_sigterm():
 #: JVM options of a short-lived local session: C1 only (no C2 optimising compiler). On 2 cores the C2 compiler
 #: threads spent most of a dry run's CPU compiling start-up code that never runs again: `backfill plan` of the demo
 #: request took 45-60 s of JVM CPU with tiered compilation and 22-30 s with C1 only (local[*], 2 cores, load 16-18).
-#: Not for runs: their generated code runs for minutes and needs C2.
-SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: Not for runs: their generated code runs for minutes and needs C2. C1 alone reserves a 48 MB code cache, which a
+#: run's generated code fills within a minute (the JVM then stops compiling and warns on stderr): 240 MB, the
+#: tiered default, keeps any longer use compiling.
+SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def build_local_session(settings: Settings, short_lived: bool = False) -> SparkSession:

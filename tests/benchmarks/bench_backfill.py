@@ -815,7 +815,7 @@ def print_results(results: dict) -> None:
         out.print(stages)
         if detail.get("scans"):
             scans = Table(title=f"{title}: table scans per stage (file scans by table, reads of cached rows)")
-            kinds = ("staging", "target", "source", "other file", "cache")
+            kinds = ("staging", "target", "source", "ledger or other", "cache")
             scans.add_column("stage")
             for kind in kinds:
                 scans.add_column(kind, justify="right")

@@ -27,11 +27,24 @@ def last_execution_id(spark) -> int:
     return max((int(e["id"]) for e in _executions(spark)), default=-1)
 
 
-def kind_of(node_name: str, staging_schema: str, target: str, sources: tuple[str, ...]) -> str | None:
-    """``staging``, ``target``, ``source``, ``other file`` or ``cache`` for a scan node, None for other nodes."""
+def _ran(node: dict) -> bool:
+    """Whether a file scan node read anything in this execution: the graph of a query over cached rows still
+    shows the scan that filled the cache, with no metric values of its own."""
+    for metric in node.get("metrics", []):
+        if metric.get("name") in ("number of files read", "number of output rows"):
+            digits = "".join(ch for ch in str(metric.get("value", "")).split("(")[0] if ch.isdigit())
+            if digits and int(digits) > 0:
+                return True
+    return False
+
+
+def kind_of(node: dict, staging_schema: str, target: str, sources: tuple[str, ...]) -> str | None:
+    """``staging``, ``target``, ``source``, ``ledger or other`` or ``cache`` for a scan node that read in its
+    execution (a file scan that did not, below a read of cached rows, counts nowhere); None for other nodes."""
+    node_name = node.get("nodeName", "")
     if node_name.startswith("InMemoryTableScan"):
         return "cache"
-    if not node_name.startswith("Scan "):
+    if not node_name.startswith("Scan ") or not _ran(node):
         return None
     name = node_name.lower()
     if f"{staging_schema.lower()}." in name:
@@ -40,7 +53,7 @@ def kind_of(node_name: str, staging_schema: str, target: str, sources: tuple[str
         return "target"
     if any(s.lower() in name for s in sources):
         return "source"
-    return "other file"
+    return "ledger or other"
 
 
 def scans_by_stage(spark, job_groups: dict[str, set], after_id: int, staging_schema: str, target: str,
@@ -56,7 +69,7 @@ def scans_by_stage(spark, job_groups: dict[str, set], after_id: int, staging_sch
                 *execution.get("runningJobIds", [])]
         stage = next((stage_of[j] for j in jobs if j in stage_of), "unlabelled")
         for node in execution.get("nodes", []):
-            kind = kind_of(node.get("nodeName", ""), staging_schema, target, sources)
+            kind = kind_of(node, staging_schema, target, sources)
             if kind:
                 out[stage][kind] += 1
     return {stage: dict(kinds) for stage, kinds in sorted(out.items())}

@@ -13,7 +13,7 @@ from chispa import assert_df_equality
 from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version, read_table_state
-from backfill_lib.core.errors import PublishError
+from backfill_lib.core.errors import GateFailedError
 from backfill_lib.plan.explain import explain
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.runner import prepare
@@ -138,14 +138,16 @@ def test_changes_only_refuses_a_target_with_duplicate_keys_in_range(spark, setti
             in dry_run(plan))
     before = current_version(spark, f"{db}.events")
 
-    with pytest.raises(PublishError) as err:
+    # refused at validation (the diff sees key 3 twice on the target's side), before the MERGE's own refusal
+    with pytest.raises(GateFailedError) as err:
         runner.run(plan, state)
 
     assert str(err.value) == (
-        f"table {db}.events has duplicate keys (id, dt) in range at version {before}: (3, 2024-03-09) (2 times); "
-        "a changes_only MERGE would not replace them as a replaceWhere does; publish with publish_mode: replace; "
-        "nothing published")
-    assert err.value.exit_code == 4
+        f"validation gate failed for {db}.events, nothing published: 1 failed checks on 1 partitions; first: "
+        "target_keys target keys unique failed on partition 2024-03-09: the target holds 1 more rows than keys in "
+        "partition 2024-03-09 (duplicate keys); publish_mode changes_only would keep them: publish with "
+        "publish_mode: replace")
+    assert err.value.exit_code == 3
     assert current_version(spark, f"{db}.events") == before
     assert Ledger(spark, settings.ledger_schema).run(plan.run_id)["status"] == "failed"
 
