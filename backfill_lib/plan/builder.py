@@ -328,13 +328,19 @@ def _check_format_values(request: BackfillRequest, state: TableState, parts: lis
 
 def check_selectable(request: BackfillRequest, mode: str, request_path: str) -> None:
     """Refuse ``--only mode`` for a request that cannot take it: a rebuild re-creates the whole table, so it
-    cannot leave partitions out. Pure.
+    cannot leave partitions out; under ``depends_on_past`` every partition after a re-staged one reads it, so
+    leaving a later one out would keep it derived from the old rows. Pure.
 
     Raises
     ------
     IntakeError
-        ``"{request_path}: --only {mode} cannot be used with strategy rebuild: ..."``.
+        ``"{request_path}: --only {mode} cannot be used with strategy rebuild: ..."``, or ``"... with
+        depends_on_past: ..."``.
     """
+    if request.depends_on_past:
+        raise IntakeError(f"{request_path}: --only {mode} cannot be used with depends_on_past: every partition after "
+                          "a re-staged one derives from it and would be left stale (drop --only and run the range from "
+                          "the first partition to redo)")
     if request.strategy.whole_table:
         raise IntakeError(f"{request_path}: --only {mode} cannot be used with strategy {request.strategy.value}: it "
                           "re-creates the whole table, so no partition can be left out (drop --only, or use strategy "
