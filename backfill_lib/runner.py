@@ -18,6 +18,7 @@ from rich.console import Console
 
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.errors import (
+    AbandonedError,
     CancelledError,
     GateFailedError,
     PublishError,
@@ -85,7 +86,7 @@ class Runner:
         self.outcomes: dict[str, RunOutcome] = {}
         self.validator = Validate(spark, settings, self.ledger)
         self.rollbacks = Rollback(spark, self.ledger, self.write_report)
-        self.publisher = Publish(spark, settings, self.ledger, self.rollbacks)
+        self.publisher = Publish(spark, settings, self.ledger, self.rollbacks, self.cancelled)
         self.releaser = Release(spark, self.ledger, self.rollbacks, self._mart_plan, lambda child: self.run(child))
 
     def cancel(self) -> None:
@@ -118,6 +119,9 @@ class Runner:
             When publishing is refused or its post-publish check fails (the target is then restored).
         CancelledError
             When :meth:`cancel` was called; ``resume`` continues the run.
+        AbandonedError
+            When ``backfill abandon`` recorded the run abandoned while it ran (found right before the commit);
+            nothing is published and the run stays ``abandoned``.
         BackfillError
             Any other intake or staging error; the run is recorded ``failed`` with the message.
 
@@ -224,7 +228,9 @@ class Runner:
 
     def abandon(self, run_id: str, reason: str) -> str:
         """Record ``run_id`` ``abandoned`` with ``reason``, releasing its lease; return what was done. Staging is
-        kept (``backfill cleanup`` drops it).
+        kept (``backfill cleanup`` drops it). The event is committed before this returns; a run still going in
+        another process finds it right before its commit and stops there, publishing nothing
+        (:class:`~backfill_lib.core.errors.AbandonedError`).
 
         Raises
         ------
@@ -242,6 +248,8 @@ class Runner:
         if status in ("publishing", "rolling_back"):
             raise PublishError(f"run {run_id} is {status}: it may have written the target; `backfill resume "
                                f"{run_id}` finishes it (it looks for its own commit first)")
+        # Committed before returning (durable flushes at once, no lingering): a live run's publisher reads the
+        # ledger for this event right before its commit (Publish.check_not_stopped).
         with self.ledger.durable():
             self.ledger.record_run(record, "abandoned", message=f"abandoned: {reason}")
         return f"run {run_id} ({status}) abandoned: {reason}; its range of {record['target_table']} is free"
@@ -294,8 +302,8 @@ class Runner:
             except GateFailedError:
                 self.write_report(plan)
                 raise
-            except RolledBackError:
-                raise
+            except (RolledBackError, AbandonedError):
+                raise  # recorded already: rolled back, or abandoned (by `backfill abandon`, found before the commit)
             except CancelledError as exc:
                 self.ledger.record_run(self.ledger.last_recorded(plan.run_id) or record, "cancelled", message=str(exc))
                 reporter.stage(str(exc))

@@ -121,6 +121,11 @@ class SourceChangedError(PublishError):
     says ``on_source_change: refuse``; nothing was published. Exit code 4."""
 
 
+class AbandonedError(PublishError):
+    """The run was abandoned (``backfill abandon``) while it ran; found right before its commit, so nothing was
+    published and the run stays ``abandoned``. Exit code 4."""
+
+
 class RolledBackError(PublishError):
     """The post-publish check failed and the target was restored to its pre-publish version. Exit code 4."""
 

@@ -7,6 +7,7 @@ guard (``txnAppId``, ``txnVersion``) refuses a second one anyway.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -15,7 +16,14 @@ from pyspark.sql import SparkSession
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
-from backfill_lib.core.errors import RolledBackError, SourceChangedError, failure_message, resumable_failure
+from backfill_lib.core.errors import (
+    AbandonedError,
+    CancelledError,
+    RolledBackError,
+    SourceChangedError,
+    failure_message,
+    resumable_failure,
+)
 from backfill_lib.core.faults import crash_point
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.retry import with_conflict_retry
@@ -53,11 +61,14 @@ class Publish:
     """Publishes validated runs on one session, recording in one ledger; a failed post-publish check is undone
     through ``rollback``."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, ledger: Ledger, rollback: Rollback):
+    def __init__(self, spark: SparkSession, settings: Settings, ledger: Ledger, rollback: Rollback,
+                 cancelled: threading.Event | None = None):
         self.spark = spark
         self.settings = settings
         self.ledger = ledger
         self.rollback = rollback
+        #: the runner's cancel flag (``Runner.cancel``), checked once more right before the commit
+        self.cancelled = cancelled
 
     def commit(self, staged: Staged, validated: Validated | None, record: dict, reporter: Reporter,
                resumed: bool = True) -> Committed:
@@ -71,6 +82,11 @@ class Publish:
         PublishError, FenceError, SourceChangedError
             When publishing is refused (protected table, rollback readiness, the fence, a changed source with
             ``on_source_change: refuse``); the run is recorded ``failed``, nothing is published.
+        AbandonedError
+            When the run was abandoned meanwhile (:meth:`check_not_stopped`); it stays ``abandoned``, nothing is
+            published.
+        CancelledError
+            When the runner was cancelled meanwhile; nothing is published (the runner records ``cancelled``).
         RolledBackError
             When the post-publish check failed; the target was restored.
         """
@@ -92,6 +108,7 @@ class Publish:
                                      {"the version this run was validated against": plan.target_version})
                 checks += self.check_sources(plan, reporter)
                 crash_point("before_publish")
+                self.check_not_stopped(plan, record)
                 reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
                 if plan.target_change_data_feed:
                     reporter.stage("change data feed: " + strategy.change_feed(
@@ -108,6 +125,8 @@ class Publish:
             else:
                 reporter.stage(f"found this run's commit: {plan.target_table} version {version}")
             pre = version - 1  # the table as it was just before this run's commit, whoever committed before it
+        except (AbandonedError, CancelledError):
+            raise  # not a failure: the run stays abandoned, or the runner records it cancelled
         except Exception as exc:
             self.ledger.record_run(record, "failed", message=failure_message(exc), resumable=resumable_failure(exc))
             raise
@@ -131,6 +150,31 @@ class Publish:
             message = self.rollback.restore_all(plan, [], f"post-publish check failed: {bad[0].describe()}", reporter)
             raise RolledBackError(f"table {plan.target_table}: {message}")
         return Committed(record, pre, version, tuple(checks), tuple(post))
+
+    def check_not_stopped(self, plan: BackfillPlan, record: dict) -> None:
+        """Right before the commit: refuse when the run was cancelled in this process or abandoned by another
+        (``backfill abandon`` while it ran: the ledger is read here because nothing else tells this process).
+        One filtered read of the ledger's ``runs`` table, of this run's ``abandoned`` events; an abandon recorded
+        after this read and before the commit lands is not seen (the commit then stands and the run records
+        ``published`` after it).
+
+        Raises
+        ------
+        CancelledError
+            When :attr:`cancelled` is set; ``backfill resume`` continues the run.
+        AbandonedError
+            When the ledger holds an ``abandoned`` event of the run; it is recorded ``abandoned`` again, after
+            this process's own queued events (``publishing``), so its latest status stays ``abandoned``.
+        """
+        if self.cancelled is not None and self.cancelled.is_set():
+            raise CancelledError(f"run {plan.run_id} cancelled before its commit; nothing published; "
+                                 f"continue with: backfill resume {plan.run_id}")
+        abandoned = self.ledger.abandoned_event(plan.run_id)
+        if abandoned is not None:
+            message = abandoned["message"] or "abandoned"
+            self.ledger.record_run(record, "abandoned", message=message)
+            raise AbandonedError(f"run {plan.run_id} was abandoned while it ran ({message}); nothing published to "
+                                 f"{plan.target_table}")
 
     def _publish_in_write_zone(self, strategy, staged: Staged):
         """``strategy.publish`` in the plan's :attr:`~BackfillPlan.write_time_zone`: it writes rows already

@@ -132,6 +132,17 @@ class Ledger(EventWriter):
         rows = self._fold_runs(self.spark.table(self.table("runs")).where(F.col("run_id") == run_id)).collect()
         return rows[0].asDict() if rows else None
 
+    def abandoned_event(self, run_id: str) -> dict | None:
+        """The latest ``abandoned`` event of ``run_id`` committed to the ledger by any process (``message``,
+        ``seq``), or ``None``: one filtered read of the ``runs`` table, not flushed first. What it asks for comes
+        from another process (``backfill abandon``, which commits its event before it returns), so this
+        process's own queued events need not be committed for it; ``abandoned`` is final (nothing resumes such a
+        run), so any such event counts, however old."""
+        rows = (self.spark.table(self.table("runs"))
+                .where((F.col("run_id") == run_id) & (F.col("status") == "abandoned"))
+                .select("message", "seq").orderBy(F.col("seq").desc()).limit(1).collect())
+        return rows[0].asDict() if rows else None
+
     def has_run(self, run_id: str) -> bool:
         """Whether the ledger has any event of ``run_id`` (one scan with a limit, no folding)."""
         self.flush()
