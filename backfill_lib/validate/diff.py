@@ -79,6 +79,19 @@ def _numeric_change(kinds: tuple[DataType, DataType], staged: Column, current: C
     return None
 
 
+def _same_value(kinds: tuple[DataType, DataType], staged: Column, current: Column) -> Column:
+    """Whether a matched row keeps its value: ``staged <=> current`` (NULL-safe), and for a float or double on
+    either side the same sign of zero too. ``<=>`` holds ``0.0`` equal to ``-0.0``, but the publish writes the
+    staged bits, so a row going from one to the other is rewritten with another value and counts as updated
+    (as the ``changes_only`` MERGE counts it, :func:`backfill_lib.strategies.changes_only.differs`). The sign is
+    read from the value's text, only for zeros."""
+    same = staged.eqNullSafe(current)
+    if not any(isinstance(k, (FloatType, DoubleType)) for k in kinds):
+        return same
+    negative = lambda c: c.cast("string").startswith("-")  # noqa: E731
+    return same & (staged.isNull() | (staged != 0) | (negative(staged) == negative(current)))
+
+
 def diff_by_key(
     staged: DataFrame,
     current: DataFrame,
@@ -102,8 +115,9 @@ def diff_by_key(
         The partition column, or its :class:`PartitionKeys`; results are keyed as the plan keys partitions (a
         bare name is a ``DATE`` column keyed ``YYYY-MM-DD``).
     value_columns : sequence of str, optional
-        Columns compared on matched keys (NULL-safely, so NULL = NULL is unchanged). Default: every column
-        of ``current`` that is neither a key nor the partition column.
+        Columns compared on matched keys (NULL-safely, so NULL = NULL is unchanged; a float or double ``0.0``
+        against ``-0.0`` is a change, as the publish rewrites the bits). Default: every column of ``current``
+        that is neither a key nor the partition column.
     corrected_columns : sequence of str
         The columns the backfill is meant to change; see :attr:`PartitionDiff.updated_outside`.
 
@@ -135,7 +149,8 @@ def diff_by_key(
 
     both = F.col("s_in").isNotNull() & F.col("t_in").isNotNull()
     changed = {
-        c: both & ~F.col(f"s{i}").eqNullSafe(F.col(f"t{i}")) for i, c in enumerate(value_columns, start=len(keys))
+        c: both & ~_same_value(types[c], F.col(f"s{i}"), F.col(f"t{i}"))
+        for i, c in enumerate(value_columns, start=len(keys))
     }
     any_changed = reduce(lambda a, b: a | b, changed.values(), F.lit(False))
     outside = reduce(lambda a, b: a | b, [v for c, v in changed.items() if c not in corrected_columns], F.lit(False))

@@ -95,3 +95,20 @@ def test_a_missing_column_and_a_bad_gate_are_errors(spark):
         diff_by_key(df, df, ["id"], "dt", ["w"])
     with pytest.raises(ValidationError):
         DiffGate(max_updated_fraction=1.5)
+
+
+def test_zero_to_negative_zero_is_an_update_since_the_publish_writes_the_other_bits(spark, db):
+    from pyspark.sql.types import DoubleType
+
+    schema = StructType([StructField("id", IntegerType()), StructField("dt", DateType()),
+                         StructField("v", DoubleType())])
+    current = spark.createDataFrame([(1, D10, 0.0), (2, D10, 0.0), (3, D10, -0.0), (4, D10, None)], schema)
+    staged = spark.createDataFrame([(1, D10, -0.0), (2, D10, 0.0), (3, D10, -0.0), (4, D10, None)], schema)
+    assert staged.where("id = 1 AND v = 0.0").count() == 1  # Spark's equality holds them equal ...
+    # ... but a Delta write keeps the sign, so a published -0.0 is another value than the 0.0 it replaced
+    staged.write.format("delta").saveAsTable(f"{db}.zeros")
+    assert spark.sql(f"SELECT CAST(v AS STRING) AS v FROM {db}.zeros WHERE id = 1").first()["v"] == "-0.0"
+
+    d = diff_by_key(staged, current, ["id"], "dt", ["v"])["2024-03-10"]
+
+    assert (d.updated, d.unchanged, d.changed_columns, d.abs_change) == (1, 3, {"v": 1}, {"v": Decimal(0)})
