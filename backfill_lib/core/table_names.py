@@ -203,3 +203,13 @@ def catalog_staging_table(name: str, staging_schema: str, run_id: str) -> str:
         slug = _UNSAFE.sub("_", "__".join(tail).lower()).strip("_")[-SLUG_LENGTH:].lstrip("_") or "name"
         flat = f"q__{slug}__{digest}"
     return f"{catalog}{staging_schema}.{flat}__{run_id}"
+
+
+def same_location(a: str | None, b: str | None) -> bool:
+    """Whether two Delta locations (``file:/x/``, ``file:///x``) name one directory; ``False`` when either is
+    ``None`` or empty."""
+    def norm(loc: str) -> str:
+        loc = loc.rstrip("/")
+        return "file:/" + loc[len("file:///"):] if loc.startswith("file:///") else loc
+
+    return bool(a) and bool(b) and norm(a) == norm(b)

@@ -6,7 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from backfill_lib.core.table_names import table_path
+from backfill_lib.core.table_names import same_location, table_path
 from backfill_lib.plan.generated import generated_line
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.strategies.kinds import kind_for
@@ -144,9 +144,17 @@ def _pins_line(plan: BackfillPlan) -> str:
     return f"{listed} (read at these versions for the whole run; the run pins them again when it starts)"
 
 
-def _norm_location(loc: str) -> str:
-    loc = loc.rstrip("/")
-    return "file:/" + loc[len("file:///"):] if loc.startswith("file:///") else loc
+def batches_line(plan: BackfillPlan) -> str:
+    """How the partitions are batched: ``3 of up to 10 partitions each``, or where every batch has the same size
+    ``4 of 1 partition each`` (``depends_on_past``) / ``1 of 5 partitions``; ``none`` without partitions."""
+    sizes = [len(b.partitions) for b in plan.batches]
+    if not sizes:
+        return "none"
+    most = max(sizes)
+    noun = "partition" if most == 1 else "partitions"
+    if len(sizes) == 1:
+        return f"1 of {most} {noun}"
+    return f"{len(sizes)} of {most} {noun} each" if min(sizes) == most else f"{len(sizes)} of up to {most} {noun} each"
 
 
 def past_line(plan: BackfillPlan) -> str | None:
@@ -158,8 +166,7 @@ def past_line(plan: BackfillPlan) -> str | None:
         return (f"depends_on_past: batches run in order, one partition at a time (concurrency 1); each reads the "
                 f"staged previous partitions of {plan.target_table} instead of the published ones (its other rows "
                 f"at version {plan.target_version}); a resume continues from the first unstaged partition")
-    here = _norm_location(plan.target_location or "")
-    if here and any(_norm_location(s.location) == here for s in plan.source_versions or ()):
+    if any(same_location(s.location, plan.target_location) for s in plan.source_versions or ()):
         return (f"the source SQL reads {plan.target_table} itself, at version {plan.target_version} (its rows before "
                 "this run); if a partition derives from an earlier partition of the range, set depends_on_past")
     return None
@@ -205,7 +212,7 @@ def explain(plan: BackfillPlan) -> Group:
         ("source versions", _pins_line(plan)),
         ("row-count gate", f"a partition losing more than {r.gates.max_row_loss_fraction:.0%} of its rows blocks "
                            f"publishing{' (allowed by the request)' if r.gates.allow_row_loss else ''}"),
-        ("batches", f"{len(plan.batches)} of up to {max((len(b.partitions) for b in plan.batches), default=0)} partitions"),
+        ("batches", batches_line(plan)),
         ("staging table", plan.staging_table),
         ("expectation suite", str(r.expectations or "none")),
         ("reconciliation", ", ".join(rule.name for rule in r.reconciliation) or "none"),

@@ -20,8 +20,11 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from backfill_lib.core.errors import IntakeError
+from backfill_lib.core.table_names import same_location
 from backfill_lib.intake.request import BackfillRequest
-from backfill_lib.plan.source_pins import _current, _jvm_session, _key_of, _scala_list, table_key
+from backfill_lib.plan.source_pins import _current, _jvm_session, _key_of, parsed_relations
+
+__all__ = ["TargetReference", "check_past_reads", "replace_target", "same_location", "target_references"]
 
 
 @dataclass(frozen=True)
@@ -33,15 +36,6 @@ class TargetReference:
     stop: int
     aliased: bool
     name: str
-
-
-def same_location(a: str | None, b: str | None) -> bool:
-    """Whether two Delta locations (``file:/x/``, ``file:///x``) name one directory."""
-    def norm(loc: str) -> str:
-        loc = loc.rstrip("/")
-        return "file:/" + loc[len("file:///"):] if loc.startswith("file:///") else loc
-
-    return a is not None and b is not None and norm(a) == norm(b)
 
 
 def target_references(spark: SparkSession, text: str, target: str,
@@ -56,40 +50,14 @@ def target_references(spark: SparkSession, text: str, target: str,
     IntakeError
         When a reference to the target has no position in ``text`` (it cannot be rewritten).
     """
-    jss = _jvm_session(spark)
-    if jss is None:
+    parsed = parsed_relations(spark, text)
+    if parsed is None:
         return None
-    try:
-        root = jss.sessionState().sqlParser().parsePlan(text)
-    except Exception:
-        return None
+    found, aliased = parsed
     wanted = _key_of(spark, target)
-    found: list[tuple[str, list[str], int | None, int | None]] = []
-    aliased: set[int] = set()
-    ctes: set[str] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        kind = node.getClass().getSimpleName()
-        if kind == "UnresolvedWith":
-            ctes.update(pair._1().lower() for pair in _scala_list(node.cteRelations()))
-        elif kind == "SubqueryAlias" and node.child().getClass().getSimpleName() == "UnresolvedRelation":
-            start = node.child().origin().startIndex()
-            if start.isDefined():
-                aliased.add(int(start.get()))
-        elif kind == "UnresolvedRelation":
-            parts = [str(p) for p in _scala_list(node.multipartIdentifier())]
-            origin = node.origin()
-            same_text = origin.sqlText().isDefined() and origin.sqlText().get() == text
-            start, stop = origin.startIndex(), origin.stopIndex()
-            found.append((table_key(parts), parts, int(start.get()) if start.isDefined() and same_text else None,
-                          int(stop.get()) if stop.isDefined() and same_text else None))
-        stack.extend(_scala_list(node.children()) + _scala_list(node.innerChildren()))
     locations: dict[str, str | None] = {}
     refs = []
     for key, parts, start, stop in found:
-        if len(parts) == 1 and parts[0].lower() in ctes:
-            continue
         if key != wanted:
             if target_location is None:
                 continue

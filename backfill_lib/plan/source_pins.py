@@ -61,10 +61,12 @@ def _scala_list(seq) -> list:
     return out
 
 
-def _relations(spark: SparkSession, text: str) -> list[tuple[str, list[str], int | None, int | None]] | None:
+def parsed_relations(spark: SparkSession, text: str) -> tuple[list[tuple[str, list[str], int | None, int | None]],
+                                                                set[int]] | None:
     """The table references of ``text`` Spark's parser finds, as ``(key, name parts, start, stop)`` (inclusive
     character indices of the identifier in ``text``; ``None`` when the parser gave none), CTE references left
-    out; ``None`` when there is no JVM parser or ``text`` does not parse (then Spark reports it when it runs)."""
+    out, with the start indices of those an alias follows (``FROM db.t x``); ``None`` when there is no JVM
+    parser or ``text`` does not parse (then Spark reports it when it runs)."""
     jss = _jvm_session(spark)
     if jss is None:
         return None
@@ -72,22 +74,32 @@ def _relations(spark: SparkSession, text: str) -> list[tuple[str, list[str], int
         root = jss.sessionState().sqlParser().parsePlan(text)
     except Exception:
         return None
-    found, ctes, stack = [], set(), [root]
+    found, ctes, aliased, stack = [], set(), set(), [root]
     while stack:
         node = stack.pop()
         kind = node.getClass().getSimpleName()
         if kind == "UnresolvedWith":
             ctes.update(pair._1().lower() for pair in _scala_list(node.cteRelations()))
+        elif kind == "SubqueryAlias" and node.child().getClass().getSimpleName() == "UnresolvedRelation":
+            start = node.child().origin().startIndex()
+            if start.isDefined():
+                aliased.add(int(start.get()))
         elif kind == "UnresolvedRelation":
             parts = [str(p) for p in _scala_list(node.multipartIdentifier())]
             origin = node.origin()
             start, stop = origin.startIndex(), origin.stopIndex()
             same_text = origin.sqlText().isDefined() and origin.sqlText().get() == text
-            found.append((table_key(parts), parts, start.get() if start.isDefined() and same_text else None,
-                          stop.get() if stop.isDefined() and same_text else None))
+            found.append((table_key(parts), parts, int(start.get()) if start.isDefined() and same_text else None,
+                          int(stop.get()) if stop.isDefined() and same_text else None))
         # children, plus CTE definitions and subquery expressions (a plan's innerChildren)
         stack.extend(_scala_list(node.children()) + _scala_list(node.innerChildren()))
-    return [r for r in found if not (len(r[1]) == 1 and r[1][0].lower() in ctes)]
+    return [r for r in found if not (len(r[1]) == 1 and r[1][0].lower() in ctes)], aliased
+
+
+def _relations(spark: SparkSession, text: str) -> list[tuple[str, list[str], int | None, int | None]] | None:
+    """:func:`parsed_relations` without the aliases."""
+    parsed = parsed_relations(spark, text)
+    return None if parsed is None else parsed[0]
 
 
 def _is_temp_view(spark: SparkSession, parts: list[str]) -> bool:
@@ -229,22 +241,30 @@ def _file_name(path: str) -> str:
     return unquote(urlsplit(path).path.rsplit("/", 1)[-1])
 
 
-def _read_files(spark: SparkSession, plan: BackfillPlan, pinned: bool) -> set[str]:
-    """Names of the data files the run's reads of its range take: the source SQL and every rule's source table
-    over the plan's range (whole tables for a rebuild), at the pinned versions or (``pinned`` false) now."""
+def read_files(spark: SparkSession, request: BackfillRequest, start, end,
+               versions: Mapping[str, int] | None) -> set[str]:
+    """Names of the data files read over ``[start, end)`` (``None, None``: whole tables) by ``request``'s source
+    SQL and every rule's source table, each Delta table at its version in ``versions`` (``{table_key:
+    version}``; a table not there, or ``versions`` ``None``, as it is now)."""
     from backfill_lib.core.partitions import range_predicate
     from backfill_lib.plan.source_query import source_frame
 
-    request = plan.request
-    whole = request.range is None
-    frames = [source_frame(spark, request, *((None, None) if whole else (plan.range_start, plan.range_end)),
-                           versions=plan.pinned_versions if pinned else None)]
+    whole = start is None and end is None
+    frames = [source_frame(spark, request, start, end, versions=versions)]
     rules = [(r.source.table, r.source.partition_column) for r in request.reconciliation]
     rules += [(r.source.table, r.source.partition_column) for r in request.metric_rules]
     for table, column in rules:
-        df = read_table(spark, plan, table) if pinned else spark.table(table)
-        frames.append(df if whole else df.where(range_predicate(column, plan.range_start, plan.range_end)))
+        version = (versions or {}).get(_key_of(spark, table))
+        df = spark.table(table) if version is None else spark.read.option("versionAsOf", version).table(table)
+        frames.append(df if whole else df.where(range_predicate(column, start, end)))
     return {_file_name(f) for df in frames for f in df.inputFiles()}
+
+
+def _read_files(spark: SparkSession, plan: BackfillPlan, pinned: bool) -> set[str]:
+    """Names of the data files the run's reads of its range take (:func:`read_files` over the plan's range,
+    whole tables for a rebuild), at the pinned versions or (``pinned`` false) now."""
+    bounds = (None, None) if plan.request.range is None else (plan.range_start, plan.range_end)
+    return read_files(spark, plan.request, *bounds, plan.pinned_versions if pinned else None)
 
 
 def _touching_commits(spark: SparkSession, source: SourceVersion, latest: int, before: set[str],

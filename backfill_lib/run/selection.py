@@ -20,12 +20,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.core.errors import RequestError, first_line
-from backfill_lib.core.partitions import range_predicate
 from backfill_lib.core.selection import OnlyMode, RunFacts, Selection, holding_run, select
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_names import same_table_key
 from backfill_lib.plan.builder import check_selectable, select_partitions
 from backfill_lib.plan.model import BackfillPlan, PlannedPartition, SourceVersion
+from backfill_lib.plan.source_pins import read_files
 from backfill_lib.run.ledger import Ledger
 
 
@@ -47,8 +47,7 @@ def request_runs(spark: SparkSession, ledger: Ledger, request_name: str, table: 
         return []
     ledger.flush()
     runs = spark.table(name).where(F.col("request_name") == request_name)
-    first = runs.groupBy("run_id").agg(F.min("seq").alias("planned_seq"))
-    folded = ledger._fold_runs(runs).join(first, "run_id").collect()
+    folded = ledger._fold_runs(runs, planned_seq=F.min("seq")).collect()
     key, out = same_table_key(table), []
     for r in folded:
         if r["plan_json"] is None or same_table_key(r["target_table"] or "") != key:
@@ -149,7 +148,7 @@ def _changed_partitions(spark: SparkSession, plan: BackfillPlan, parts: list[Pla
     out: dict[str, str | None] = {}
 
     def files(group: list[PlannedPartition], pins: dict) -> set[str]:
-        return _read_files(spark, plan, group[0].partition.start, group[-1].partition.end, pins)
+        return read_files(spark, plan.request, group[0].partition.start, group[-1].partition.end, pins)
 
     def visit(group: list[PlannedPartition]) -> None:
         try:
@@ -179,24 +178,6 @@ def _adjacent(parts: list[PlannedPartition]) -> list[list[PlannedPartition]]:
         else:
             groups.append([p])
     return groups
-
-
-def _read_files(spark: SparkSession, plan: BackfillPlan, start, end, pins: dict) -> set[str]:
-    """Names of the data files read over ``[start, end)`` by the source SQL and every rule's source table, each
-    Delta table at its version in ``pins`` (as :func:`backfill_lib.plan.source_pins._read_files` does for the
-    whole range)."""
-    from backfill_lib.plan.source_pins import _file_name, _key_of
-    from backfill_lib.plan.source_query import source_frame
-
-    request = plan.request
-    frames = [source_frame(spark, request, start, end, versions=pins)]
-    rules = [(r.source.table, r.source.partition_column) for r in request.reconciliation]
-    rules += [(r.source.table, r.source.partition_column) for r in request.metric_rules]
-    for table, column in rules:
-        version = pins.get(_key_of(spark, table))
-        df = spark.table(table) if version is None else spark.read.option("versionAsOf", version).table(table)
-        frames.append(df.where(range_predicate(column, start, end)))
-    return {_file_name(f) for df in frames for f in df.inputFiles()}
 
 
 def prepare_selected(spark: SparkSession, settings: Settings, request_path, mode: OnlyMode | str | None,

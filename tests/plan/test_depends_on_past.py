@@ -80,7 +80,16 @@ def test_the_plan_says_batches_run_in_order_reading_the_staged_previous_partitio
     assert ("depends_on_past: batches run in order, one partition at a time (concurrency 1); each reads the staged "
             "previous partitions of db.totals instead of the published ones (its other rows at version 5)") in text
     assert "1 batch at a time (depends_on_past)" in text
-    assert "4 of up to 1 partitions" in text
+    assert "4 of 1 partition each" in text and "up to 1 partitions" not in text
+
+
+def test_the_batches_line_reads_naturally_for_equal_and_unequal_batches(tmp_path):
+    from backfill_lib.plan.explain import batches_line
+
+    request = load_request(write_totals_request(tmp_path, depends_on_past=False))
+    assert batches_line(plan_of(request, batch_size=3)) == "2 of up to 3 partitions each"  # 3 + 1
+    assert batches_line(plan_of(request, batch_size=2)) == "2 of 2 partitions each"
+    assert batches_line(plan_of(request, batch_size=31)) == "1 of 4 partitions"
 
 
 def test_without_the_flag_the_plan_says_when_the_source_reads_the_target_itself(tmp_path):
