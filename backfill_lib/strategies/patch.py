@@ -15,6 +15,7 @@ from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
 from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies.base import StrategyImpl
+from backfill_lib.strategies.changes_only import differs
 from backfill_lib.strategies.commit_check import Published
 from backfill_lib.strategies.kinds import PatchKind
 
@@ -37,7 +38,9 @@ class Patch(PatchKind, StrategyImpl):
         staged = (staged_rows(spark, plan.staging_table).where(plan.predicate())
                   .select(*[F.col(quote_ident(c)) for c in columns]))
         values = [c for c in columns if c not in plan.request.keys]
-        changed = " OR ".join(f"NOT (t.{quote_ident(c)} <=> s.{quote_ident(c)})" for c in values) or "false"
+        # as the diff and changes_only compare (a float's 0.0 and -0.0 differ), so what the diff counts updated is
+        # what the MERGE updates
+        changed = " OR ".join(differs(c, staged.schema[c].dataType.simpleString(), False) for c in values) or "false"
         merge = (
             DeltaTable.forName(spark, plan.target_table)
             .alias("t")
