@@ -60,7 +60,8 @@ def run_backfill(request_path: str | Path, *, settings: Settings | None = None, 
 
     A ``run_id`` the ledger already has for the same request resumes that run. Progress goes to ``console``
     (default: none shown). Raises what :meth:`backfill_lib.runner.Runner.run` raises: ``GateFailedError``
-    (nothing published), ``PublishError``/``FenceError``, ``RolledBackError`` (restored), ``CancelledError``,
+    (nothing published), ``PublishError``/``FenceError``, ``RolledBackError`` (restored), ``AbandonedError``
+    (abandoned while it ran, nothing published), ``CancelledError``,
     ``LeaseError`` (another run holds an overlapping range; ``after``: wait for that run ID first; ``concurrent``:
     run beside it).
     """
