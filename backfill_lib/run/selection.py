@@ -9,6 +9,11 @@ compared first per run over all the partitions it last published (one read at ea
 sets differ, over halves of each run of adjacent partitions down to single partitions (a file a partition reads is
 read by the range containing it: partition pruning and data skipping only drop files that cannot hold the range's
 rows). Files replaced without changing data (``OPTIMIZE``) count as changes: conservative, never missing one.
+
+A source SQL that reads the target itself sees the request's own publishes as commits to one of its sources.
+Those are left out: when every version of the target since the run's pin was written by a publish of this
+request's runs (their ``published_version`` in the ledger), the target counts as unchanged; when another writer
+committed among them, the target's files are compared as any source's (its own publishes then count too).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pyspark.sql import functions as F
 from backfill_lib.core.errors import RequestError, first_line
 from backfill_lib.core.selection import OnlyMode, RunFacts, Selection, holding_run, select
 from backfill_lib.core.settings import Settings
-from backfill_lib.core.table_names import same_table_key
+from backfill_lib.core.table_names import same_location, same_table_key
 from backfill_lib.plan.builder import check_selectable, select_partitions
 from backfill_lib.plan.model import BackfillPlan, PlannedPartition, SourceVersion
 from backfill_lib.plan.source_pins import read_files
@@ -35,6 +40,8 @@ class RequestRun:
 
     facts: RunFacts
     summary: dict
+    #: the target version its publish wrote (``None``: it published nothing)
+    published_version: int | None = None
 
 
 def request_runs(spark: SparkSession, ledger: Ledger, request_name: str, table: str) -> list[RequestRun]:
@@ -54,8 +61,9 @@ def request_runs(spark: SparkSession, ledger: Ledger, request_name: str, table: 
             continue
         summary = json.loads(r["plan_json"])
         keys = frozenset(k for batch in summary.get("batches") or () for k in batch)
+        published = None if r["published_version"] is None else int(r["published_version"])
         out.append(RequestRun(RunFacts(r["run_id"], r["status"], int(r["planned_seq"]), keys, int(r["seq"])),
-                              summary))
+                              summary, published))
     return out
 
 
@@ -96,6 +104,7 @@ def source_changes(spark: SparkSession, plan: BackfillPlan, runs: list[RequestRu
             by_run.setdefault(last.run_id, []).append(i)
     out: dict[str, str | None] = {}
     unpinned = _unpinned_sources(spark, plan)
+    own = {r.published_version for r in runs if r.published_version is not None}
     for run_id, indices in by_run.items():
         parts = [plan.partitions[i] for i in indices]
         reason = unpinned and f"source {unpinned} is read unpinned, so its changes since run {run_id} cannot be told"
@@ -112,8 +121,14 @@ def source_changes(spark: SparkSession, plan: BackfillPlan, runs: list[RequestRu
             out.update({p.key: reason for p in parts})
             continue
         old_pins = {t: s.version for t, s in old_at.items()}
-        moved = [s for s in plan.source_versions or () if (old_at[s.table].version, old_at[s.table].location)
-                 != (s.version, s.location)]
+        # A source SQL that reads the target itself: versions written by this request's own publishes are no
+        # change of its sources (else each publish would select what it published again next time); when only
+        # they came since, the target is compared at the old version on both sides.
+        kept = {s.table: old_at[s.table].version for s in plan.source_versions or ()
+                if _own_writes_only(plan, old_at[s.table], s, own)}
+        new_pins = {**new_pins, **kept}
+        moved = [s for s in plan.source_versions or () if s.table not in kept and
+                 (old_at[s.table].version, old_at[s.table].location) != (s.version, s.location)]
         if not moved:  # every source at the version (and location) the run read: nothing changed
             out.update({p.key: None for p in parts})
             continue
@@ -121,6 +136,13 @@ def source_changes(spark: SparkSession, plan: BackfillPlan, runs: list[RequestRu
         out.update(_changed_partitions(spark, plan, parts, old_pins, new_pins,
                                        f"source files changed since run {run_id} ({versions})", run_id))
     return out
+
+
+def _own_writes_only(plan: BackfillPlan, old: SourceVersion, new: SourceVersion, own: set[int]) -> bool:
+    """Whether source ``new`` is the plan's target (by location) and every version after ``old``'s up to
+    ``new``'s was written by a publish of this request's runs (``own``, from the ledger). Pure."""
+    return (same_location(new.location, plan.target_location) and same_location(old.location, new.location)
+            and old.version < new.version and all(v in own for v in range(old.version + 1, new.version + 1)))
 
 
 def _unpinned_sources(spark: SparkSession, plan: BackfillPlan) -> str | None:
