@@ -15,6 +15,7 @@ import time
 from datetime import date
 
 from backfill_lib.adapters.delta_jars import cached_jars, jar_list_path, remember_jars
+from backfill_lib.adapters.jvm_archive import ARCHIVE_ENV, archive_dir, archive_options, archive_path, finish_archive
 from backfill_lib.adapters.jvm_output import INCUBATOR_WARNING, JvmStderr
 from backfill_lib.core.table_names import path_table
 from tests.conftest import ROOT, write_request
@@ -76,6 +77,34 @@ def test_the_jar_list_of_a_resolution_is_used_while_all_its_jars_are_there(tmp_p
     assert cached_jars(options, package) is None  # a jar gone: resolve again
 
 
+def test_the_first_short_start_writes_the_class_archive_and_later_starts_map_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(ARCHIVE_ENV, str(tmp_path / "jvm"))
+    options = {"spark.jars": "/x/delta-spark_4.1_2.13-4.4.0.jar"}
+    assert archive_options(options, create=False) == ("", None)  # a long run never writes one
+    java_options, temporary = archive_options(options, create=True)
+    target = archive_path(tmp_path / "jvm", options)
+    assert temporary == target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    assert java_options == f"-Xlog:cds*=off -XX:ArchiveClassesAtExit={temporary}"
+    assert (tmp_path / "jvm").stat().st_mode & 0o777 == 0o700
+    assert archive_path(tmp_path / "jvm", {"spark.jars": "/x/delta-spark_4.1_2.13-4.5.0.jar"}) != target
+    # the JVM's part, played by a child that writes the file when its stdin closes
+    writes = f"import sys, os; sys.stdin.read(); open({str(temporary)!r}, 'wb').write(b'jsa'); os.chmod({str(temporary)!r}, 0o444)"
+    assert finish_archive(subprocess.Popen([sys.executable, "-c", writes], stdin=subprocess.PIPE), temporary) == target
+    assert not temporary.exists()
+    assert archive_options(options, create=True) == (f"-Xlog:cds*=off -XX:SharedArchiveFile={target}", None)
+    target.chmod(0o664)  # others may write it: not mapped (an archive is code), written again
+    assert archive_options(options, create=False) == ("", None)
+    monkeypatch.setenv(ARCHIVE_ENV, "off")
+    assert archive_dir() is None and archive_options(options, create=True) == ("", None)
+
+
+def test_a_failed_jvm_leaves_no_class_archive(tmp_path):
+    temporary = tmp_path / f"classes-0123456789abcdef.jsa.{os.getpid()}.tmp"
+    writes = f"import sys; sys.stdin.read(); open({str(temporary)!r}, 'wb').write(b'half'); sys.exit(1)"
+    assert finish_archive(subprocess.Popen([sys.executable, "-c", writes], stdin=subprocess.PIPE), temporary) is None
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_plan_in_its_own_process_prints_the_plan_and_no_launcher_output(spark, tmp_path):
     target, source = tmp_path / "events", tmp_path / "events_src"
     for path, rows in ((target, TARGET_ROWS), (source, [(3, date(2024, 3, 9), 30)])):
@@ -99,3 +128,4 @@ def test_plan_in_its_own_process_prints_the_plan_and_no_launcher_output(spark, t
     assert "2 x day on dt" in done.stdout  # 2024-03-09 and 2024-03-10
     assert re.search(r"current data in range +\d+ files, .*, 7 rows", done.stdout)  # 3 + 4 target rows in range
     assert done.stderr == "", f"{seconds:.1f} s; stderr: {done.stderr[:3000]}"
+    assert list(archive_dir().glob("classes-*.jsa"))  # mapped, or written by this start as its JVM exited
