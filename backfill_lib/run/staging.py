@@ -19,6 +19,7 @@ anything is written, whichever write it would have been.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 
@@ -89,7 +90,7 @@ def open_staging_table(spark: SparkSession, plan: BackfillPlan) -> StagingTable:
     if exists:
         return StagingTable(plan, exists)
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {plan.staging_table.rsplit('.', 1)[0]}")
-    return StagingTable(plan, exists, staging_properties(spark, plan.target_table))
+    return StagingTable(plan, exists, {**staging_properties(spark, plan.target_table), **staging_stats_properties(plan)})
 
 
 #: What a staging table of a column-mapped target is created with: name mapping and the protocol it needs
@@ -104,6 +105,24 @@ def staging_properties(spark: SparkSession, target_table: str) -> dict[str, str]
     tables (a space, ``,;{}()=``); nothing otherwise. Read from the target's latest snapshot (no Spark job)."""
     properties, _ = live_metadata(spark, target_table)
     return dict(COLUMN_MAPPING_PROPERTIES) if column_mapping_mode(properties) != "none" else {}
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def staging_stats_properties(plan: BackfillPlan) -> dict[str, str]:
+    """File statistics a staging table collects: ``numRecords`` and the partition columns' statistics only
+    (``delta.dataSkippingStatsColumns``), not Delta's default of the first 32 columns.
+
+    Why: nothing reads a staging table's statistics but row counts and the data skipping of the range predicate
+    (on the partition columns); on a row-level table, collecting min/max/null counts of every column is a
+    noticeable share of the staging write. Publishing rewrites the rows, so the target's own files get Delta's
+    default statistics. Empty (Delta's default) when a partition column's name is not a plain identifier, which the
+    property's comma-separated list could not hold unambiguously."""
+    columns = plan.partition_keys.columns
+    if not all(_PLAIN_NAME.fullmatch(c) for c in columns):
+        return {}
+    return {"delta.dataSkippingStatsColumns": ",".join(columns)}
 
 
 def check_reserved_column(target_table: str, target: tuple[Column, ...], source_sql: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -77,6 +78,17 @@ def partition_fingerprints(df: DataFrame, keys: PartitionKeys) -> dict[str, tupl
     The sum is order-independent, so two sides with the same rows in any order and file layout match.
     """
     rows = df.groupBy(keys.expr().alias("p")).agg(F.count("*").alias("n"), row_checksum(df).alias("h")).collect()
+    return keys.rekey({r["p"]: (int(r["n"]), r["h"]) for r in rows})
+
+
+def fingerprint_aggregates(df: DataFrame) -> tuple[list[SparkColumn], list[str]]:
+    """:func:`partition_fingerprints`' aggregate columns and names (``n``, ``h``), for an aggregation shared with
+    other audits; read back with :func:`fingerprints_of`."""
+    return [F.count("*"), row_checksum(df)], ["n", "h"]
+
+
+def fingerprints_of(rows: list[dict], keys: PartitionKeys) -> dict[str, tuple[int, object]]:
+    """:func:`partition_fingerprints`' result from the rows of a shared aggregation (``{"p": ..., "n": ..., "h": ...}``)."""
     return keys.rekey({r["p"]: (int(r["n"]), r["h"]) for r in rows})
 
 

@@ -85,6 +85,28 @@ def profile_frame(df: DataFrame, partition_column: str | PartitionKeys, spec: Me
     return df.groupBy(keys.expr().alias("partition")).agg(*aggs)
 
 
+def profile_aggregates(df: DataFrame, partition_column: str | PartitionKeys, spec: MetricSpec, *,
+                       where: str = "metrics") -> tuple[list[Column], list[str]]:
+    """The aggregate columns of :func:`profile_frame` and the names to read them under, for an aggregation
+    shared with other audits (:class:`~backfill_lib.validate.shared_pass.SharedPass`); read the rows back with
+    :func:`profile_of`. Raises as :func:`profile_frame`."""
+    keys = keys_of(partition_column)
+    for column in keys.columns:
+        if column not in df.columns:
+            raise IntakeError(f"{where}: partition column '{column}' does not exist")
+    check_columns(df.schema, spec, where)
+    aggs = _aggregates(df, spec)
+    if not aggs:  # nothing but grouping: a row count keeps the partition's row
+        return [F.count(F.lit(1))], ["_rows"]
+    return aggs, spec.names()  # spec.names() lists the metrics in _aggregates' order
+
+
+def profile_of(rows: list[dict], partition_column: str | PartitionKeys, spec: MetricSpec) -> dict[str, dict[str, object]]:
+    """:func:`profile`'s result from the rows of a shared aggregation (``{"p": partition value, name: value}``)."""
+    names = spec.names()
+    return keys_of(partition_column).rekey({r["p"]: {n: r[n] for n in names} for r in rows})
+
+
 def profile(
     df: DataFrame, partition_column: str | PartitionKeys, spec: MetricSpec, *, where: str = "metrics"
 ) -> dict[str, dict[str, object]]:

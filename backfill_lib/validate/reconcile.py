@@ -84,6 +84,7 @@ def logged_row_counts(spark: SparkSession, table: str, column: str, start, end,
 def reconcile_batch(
     spark: SparkSession, plan: BackfillPlan, batch: Batch, rule: ReconciliationRule, whole_table: bool = False,
     source: dict[str, object] | None = None, staged_df: DataFrame | None = None,
+    staged_metric: dict[str, object] | None = None,
 ) -> list[Check]:
     """Compare ``rule.metric`` on staged rows with ``rule.source.metric`` on the source for each partition.
 
@@ -91,12 +92,15 @@ def reconcile_batch(
     other side. Returns one check per planned partition of ``batch``; with ``whole_table`` (a rebuild), both
     tables are read whole and every partition either side has is compared. ``source`` is the rule's
     :func:`source_metric` when already read (else it is read here); ``staged_df`` the staged rows of ``batch``
-    when the caller already holds them (else they are read from the staging table).
+    when the caller already holds them (else they are read from the staging table); ``staged_metric`` the staged
+    side's metric per partition key when already aggregated (then no staged rows are read here).
     """
-    if staged_df is None:
-        staged_df = staged_rows(spark, plan.staging_table)
-        staged_df = staged_df if whole_table else staged_df.where(plan.batch_predicate(batch))
-    staged = metric_per_partition(staged_df, plan.partition_keys, rule.metric)
+    if staged_metric is None:
+        if staged_df is None:
+            staged_df = staged_rows(spark, plan.staging_table)
+            staged_df = staged_df if whole_table else staged_df.where(plan.batch_predicate(batch))
+        staged_metric = metric_per_partition(staged_df, plan.partition_keys, rule.metric)
+    staged = staged_metric
     if source is None:
         source = source_metric(spark, plan, batch, rule, whole_table)
     src = rule.source

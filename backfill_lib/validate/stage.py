@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from backfill_lib.adapters.delta_log import live_constraints, live_generated_columns
 from backfill_lib.adapters.pool import in_pool
@@ -27,7 +28,7 @@ from backfill_lib.run.ledger import Ledger
 from backfill_lib.run.stage import Staged
 from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies import strategy_for
-from backfill_lib.strategies.base import partition_fingerprints
+from backfill_lib.strategies.base import fingerprint_aggregates, fingerprints_of
 from backfill_lib.validate.constraints import applicable, constraint_checks
 from backfill_lib.validate.diff import diff_by_key
 from backfill_lib.validate.diff import evaluate as evaluate_diff
@@ -35,8 +36,9 @@ from backfill_lib.validate.diff import target_duplicate_checks
 from backfill_lib.validate.gates import row_count_checks
 from backfill_lib.validate.key_audit import unique_key_checks
 from backfill_lib.validate.metrics import compare as compare_metrics
-from backfill_lib.validate.metrics import profile
+from backfill_lib.validate.metrics import profile, profile_aggregates, profile_of
 from backfill_lib.validate.reconcile import reconcile_batch, source_metric
+from backfill_lib.validate.shared_pass import SharedPass
 from backfill_lib.validate.suites import LoadedSuite, SuiteRunner, suite_parameters
 
 #: The source sides of a run's rules, by kind (``reconciliation``, ``metric_rules``), in request order.
@@ -116,22 +118,39 @@ class Validate:
         # + 4: diff, checksums, keys, constraints
         audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 4
         replaces = strategy_for(plan.strategy).replaces_partitions
+        # Every per-partition aggregate of the staged rows (checksums, the rules' staged metrics) in one Spark
+        # job: registered here, before any audit thread reads them back (the first to read runs the job).
+        shared = SharedPass(staged, plan.partition_keys)
+        reconciled = [shared.add([F.expr(rule.metric)], ["m"]) for rule in plan.request.reconciliation]
+        profiled = [shared.add(*profile_aggregates(staged, plan.partition_keys, rule.metrics, where=plan.staging_table))
+                    for rule in plan.request.metric_rules]
+        fingerprinted = shared.add(*fingerprint_aggregates(staged)) if replaces else None
+        # Run first and alone, it is the one read of the staging table's files: it fills the cache every other
+        # audit then reads (audits started together each read the files for the blocks they reached first).
+        shared.run()
         with ThreadPoolExecutor(audit_count, thread_name_prefix=f"{plan.run_id}-audit") as pool:
             def submit(fn, *args):
                 return pool.submit(in_pool, self.spark, fn, *args)
 
+            def staged_metric(handle: int) -> dict:
+                return plan.partition_keys.rekey({r["p"]: r["m"] for r in shared.rows(handle)})
+
             audits = []
             if runner:
                 audits.append(submit(runner.validate, staged, suite_parameters(plan, scope)))
-            for rule, source in zip(plan.request.reconciliation, sources["reconciliation"]):
-                audits.append(submit(lambda r, f: reconcile_batch(self.spark, plan, scope, r, whole, f.result(), staged),
-                                     rule, source))
-            for rule, source in zip(plan.request.metric_rules, sources["metric_rules"]):
-                audits.append(submit(self._metric_rule, plan, scope, rule, staged, whole, source))
+            for rule, source, handle in zip(plan.request.reconciliation, sources["reconciliation"], reconciled):
+                audits.append(submit(lambda r, f, h: reconcile_batch(self.spark, plan, scope, r, whole, f.result(), staged,
+                                                                     staged_metric=staged_metric(h)),
+                                     rule, source, handle))
+            for rule, source, handle in zip(plan.request.metric_rules, sources["metric_rules"], profiled):
+                audits.append(submit(self._metric_rule, plan, scope, rule, staged, whole, source,
+                                     lambda r=rule, h=handle: profile_of(shared.rows(h), plan.partition_keys,
+                                                                         r.metrics)))
             audits.append(submit(unique_key_checks, staged, plan.request.keys, plan.staging_table))
             audits.append(submit(self._constraints, plan, staged))
             diffed = submit(self._diff, plan, staged, whole)
-            summed = submit(partition_fingerprints, staged, plan.partition_keys) if replaces else None
+            summed = (submit(lambda: fingerprints_of(shared.rows(fingerprinted), plan.partition_keys))
+                      if fingerprinted is not None else None)
             checks: list[Check] = [c for a in audits for c in a.result()]
             diffs = diffed.result()
             fingerprints = summed.result() if summed else None
@@ -169,9 +188,11 @@ class Validate:
                                  plan.partition_keys, plan.staging_table, generated)
 
     def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged: DataFrame, whole: bool,
-                     source: Future) -> list[Check]:
-        """``rule``'s metrics of the staged rows against its source side (``source``, from :meth:`read_sources`)."""
-        stg = profile(staged, plan.partition_keys, rule.metrics, where=plan.staging_table)
+                     source: Future, staged_profile=None) -> list[Check]:
+        """``rule``'s metrics of the staged rows against its source side (``source``, from :meth:`read_sources`);
+        ``staged_profile``, when given, returns the staged side's profile already aggregated (a :class:`SharedPass`)."""
+        stg = (profile(staged, plan.partition_keys, rule.metrics, where=plan.staging_table) if staged_profile is None
+               else staged_profile())
         src = source.result()
         keys = sorted(set(src) | set(stg), key=key_order) if whole else list(batch.keys)
         return compare_metrics(src, stg, rule.metrics, keys, rule.name, batch.index)

@@ -178,6 +178,7 @@ class StageTimer:
         import backfill_lib.validate.stage as validate_stage
         from backfill_lib.run.ledger import Ledger
         from backfill_lib.strategies.base import StrategyImpl
+        from backfill_lib.validate.shared_pass import SharedPass
         from backfill_lib.validate.suites import SuiteRunner
 
         w = self.wrap
@@ -206,6 +207,7 @@ class StageTimer:
         w(validate_stage, "source_metric", "staging: reconciliation source side")
         w(validate_stage.Validate, "validate", "validate: all audits, wall time (their calls: audit threads)")
         w(validate_stage.Validate, "_diff", "validate: diff by key")
+        w(SharedPass, "run", "validate: one aggregation per partition (checksums, rules' staged metrics)")
         w(recompute.Recompute, "publish", "publish: replaceWhere commit")
         w(recompute, "check_fence", "publish: fence")
         w(recompute, "find_version", "publish: find published version")

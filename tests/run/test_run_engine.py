@@ -1,5 +1,6 @@
 """The run engine in one process: same run ID twice, conflict retries, a concurrent appender, cancel and resume."""
 
+import json
 import threading
 import time
 from datetime import date
@@ -173,6 +174,11 @@ def test_concurrent_batches_stage_into_their_own_batch_partitions(spark, setting
     assert result.status == "validated"
     detail = spark.sql(f"DESCRIBE DETAIL {plan.staging_table}").first()
     assert detail["partitionColumns"] == [BATCH_COLUMN]
+    # Statistics of the partition column only (and row counts): nothing reads the other columns' statistics.
+    assert detail["properties"]["delta.dataSkippingStatsColumns"] == "dt"
+    stats = [json.loads(r["stats"]) for r in spark.read.json(f"{detail['location']}/_delta_log/*.json")
+             .where("add IS NOT NULL").select("add.stats").collect()]
+    assert sorted(stats[0]["minValues"]) == ["dt"] and sum(s["numRecords"] for s in stats) == 9
     per_batch = {r[BATCH_COLUMN]: r["n"] for r in
                  spark.table(plan.staging_table).groupBy(BATCH_COLUMN).agg({"*": "count"})
                  .withColumnRenamed("count(1)", "n").collect()}
