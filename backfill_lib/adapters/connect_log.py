@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from backfill_lib.core.errors import IntakeError
+
 
 def is_connect(spark: SparkSession) -> bool:
     """Whether ``spark`` is a Spark Connect session (no driver JVM: ``_jvm``, ``sparkContext`` and ``_jdf`` raise)."""
@@ -60,7 +62,21 @@ class ConnectSnapshot:
         ``path`` (relative to the table's location, as the log writes it; absolute when outside it),
         ``partitionValues`` (map of partition column name to its value as text, ``NULL`` for a null), ``size``
         (bytes), ``stats`` (JSON text with ``numRecords``: the rows read, deletion vectors applied). A file none
-        of whose rows are live is not listed."""
+        of whose rows are live is not listed.
+
+        Raises
+        ------
+        IntakeError
+            When a partition column is a ``TIMESTAMP`` (its log text cannot be reproduced without the JVM).
+        """
+        from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
+
+        types = {f.name: f.dataType for f in StructType.fromJson(json.loads(self.schema_json)).fields}
+        timed = [c for c in self.partition_columns if isinstance(types.get(c), (TimestampType, TimestampNTZType))]
+        if timed:  # the log's text of a timestamp partition value is not the value's text in a session zone
+            raise IntakeError(f"table {self.name}: partition column {timed[0]} is a TIMESTAMP; under Spark Connect "
+                              "its partition values cannot be read as the Delta log writes them (needs a driver "
+                              "JVM); nothing written")
         prefix = self.location.rstrip("/") + "/"
         path = F.col("_metadata.file_path")
         relative = F.when(path.startswith(prefix), F.expr(f"substring(_metadata.file_path, {len(prefix) + 1})")) \

@@ -104,6 +104,8 @@ def latest_snapshot(spark: SparkSession, name: str):
 
 def current_version(spark: SparkSession, name: str) -> int:
     """The latest committed version of Delta table ``name``."""
+    if is_connect(spark):  # one statement, not a whole ConnectSnapshot
+        return int(spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"])
     return int(latest_snapshot(spark, name).version())
 
 

@@ -156,3 +156,20 @@ def test_what_needs_the_driver_jvm_is_refused_before_anything_is_written(cspark,
     assert main(["run", path]) == 2
     assert "checking a where needs a session with a driver JVM (not Spark Connect)" in capsys.readouterr().err
     assert version(cspark, f"{db}.orders") == before
+
+    # the reflect check reads the analysed plan's text where there is no JVM plan
+    (tmp_path / "src.sql").write_text(f"SELECT order_id, dt, length(reflect('java.util.UUID', 'randomUUID')) AS v "
+                                      f"FROM {db}.src WHERE dt >= :range_start AND dt < :range_end")
+    assert main(["run", request(tmp_path, db)]) == 2
+    assert "uses reflect / java_method / try_reflect (they call JVM methods)" in capsys.readouterr().err
+    assert version(cspark, f"{db}.orders") == before
+
+
+def test_range_parameters_are_bound_as_literals_outside_strings_and_comments():
+    from backfill_lib.intake.sql_text import bind_named_parameters
+    from backfill_lib.plan.source_query import sql_literal
+
+    text = "SELECT ':range_start', `:range_end`, x::date FROM t -- :range_end\nWHERE d >= :range_start AND d < :range_end"
+    bound = bind_named_parameters(text, {"range_start": sql_literal(D9), "range_end": sql_literal(D10)})
+    assert bound == ("SELECT ':range_start', `:range_end`, x::date FROM t -- :range_end\n"
+                     "WHERE d >= DATE'2024-03-09' AND d < DATE'2024-03-10'")
