@@ -52,7 +52,7 @@ def source_frame(
         if start is None:
             df = spark.sql(text)
         else:
-            df = _sql_with_bounds(spark, text, start, end)
+            df = sql_with_bounds(spark, text, start, end)
     except PySparkException as exc:
         raise IntakeError(f"{where}: {first_line(exc)}") from exc
     refuse_escapes(df, where)
@@ -67,7 +67,7 @@ def sql_literal(value) -> str:
     return f"DATE'{value.isoformat()}'"
 
 
-def _sql_with_bounds(spark: SparkSession, text: str, start, end) -> DataFrame:
+def sql_with_bounds(spark: SparkSession, text: str, start, end) -> DataFrame:
     """``text`` run with ``:range_start`` and ``:range_end`` bound to ``start`` and ``end``: as Spark's named
     parameters, except under Spark Connect, whose server loses them under Delta's SQL parser; there they are bound
     as literals in the text (:func:`~backfill_lib.intake.sql_text.bind_named_parameters`)."""

@@ -158,9 +158,10 @@ def test_what_needs_the_driver_jvm_is_refused_before_anything_is_written(cspark,
     assert version(cspark, f"{db}.orders") == before
 
     # the reflect check reads the analysed plan's text where there is no JVM plan
+    path = request(tmp_path, db)
     (tmp_path / "src.sql").write_text(f"SELECT order_id, dt, length(reflect('java.util.UUID', 'randomUUID')) AS v "
                                       f"FROM {db}.src WHERE dt >= :range_start AND dt < :range_end")
-    assert main(["run", request(tmp_path, db)]) == 2
+    assert main(["run", path]) == 2
     assert "uses reflect / java_method / try_reflect (they call JVM methods)" in capsys.readouterr().err
     assert version(cspark, f"{db}.orders") == before
 
