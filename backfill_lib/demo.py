@@ -96,8 +96,9 @@ def build_monthly_route_delays(spark: SparkSession) -> int:
     """(Re)create the mart ``demo.monthly_route_delays`` from the daily table for all of 2013; return its rows."""
     from datetime import date
 
-    df = spark.sql(MONTHLY_SQL.read_text().strip().rstrip(";"),
-                   args={"range_start": date(2013, 1, 1), "range_end": date(2014, 1, 1)})
+    from backfill_lib.plan.source_query import sql_with_bounds  # named parameters, bound as literals on Spark Connect
+
+    df = sql_with_bounds(spark, MONTHLY_SQL.read_text().strip().rstrip(";"), date(2013, 1, 1), date(2014, 1, 1))
     df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy(
         "month"
     ).saveAsTable(MONTHLY_ROUTE_DELAYS)

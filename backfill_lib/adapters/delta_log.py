@@ -14,6 +14,12 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from backfill_lib.adapters.connect_log import (
+    ConnectSnapshot,
+    connect_commit_actions,
+    connect_snapshot,
+    is_connect,
+)
 from backfill_lib.core.errors import IntakeError, first_line
 from backfill_lib.core.file_ranges import FileRange, file_set_fingerprint
 from backfill_lib.core.partition_keys import PartitionKeys
@@ -42,6 +48,11 @@ def table_exists(spark: SparkSession, name: str) -> bool:
     path = table_path(name)
     if path is None:
         return spark.catalog.tableExists(name)
+    if is_connect(spark):  # no JVM for DeltaTable.isDeltaTable: Delta's DESCRIBE DETAIL names the format
+        try:
+            return spark.sql(f"DESCRIBE DETAIL {name}").first()["format"] == "delta"
+        except Exception:
+            return False
     from delta.tables import DeltaTable
 
     try:
@@ -71,7 +82,11 @@ def latest_snapshot(spark: SparkSession, name: str):
     ------
     AnalysisException
         When ``name`` does not exist or is not a Delta table (Delta's own error, from ``DeltaTable.forName``).
+
+    Under Spark Connect, a :class:`~backfill_lib.adapters.connect_log.ConnectSnapshot` read over SQL instead.
     """
+    if is_connect(spark):
+        return connect_snapshot(spark, name)
     from delta.tables import DeltaTable
 
     jvm = spark.sparkContext._jvm
@@ -89,6 +104,8 @@ def latest_snapshot(spark: SparkSession, name: str):
 
 def current_version(spark: SparkSession, name: str) -> int:
     """The latest committed version of Delta table ``name``."""
+    if is_connect(spark):  # one statement, not a whole ConnectSnapshot
+        return int(spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"])
     return int(latest_snapshot(spark, name).version())
 
 
@@ -98,11 +115,15 @@ def history_since(spark: SparkSession, name: str, version: int) -> list:
 
     Only the newest entries are read (``history(n)``), not a history of months; when commits landed between
     counting and reading and pushed ``version`` out of them, the whole history is read instead."""
-    from delta.tables import DeltaTable
-
     newest = current_version(spark, name) - version + 1
     if newest <= 0:
         return []
+    if is_connect(spark):  # Delta's Python DeltaTable needs a JVM (or Delta's Connect plugin): its SQL
+        columns = ["version", "userMetadata", F.unix_micros("timestamp").alias("timestamp_us")]
+        rows = spark.sql(f"DESCRIBE HISTORY {name}").where(F.col("version") >= version).select(*columns).collect()
+        return sorted(rows, key=lambda r: -int(r["version"]))
+    from delta.tables import DeltaTable
+
     table = DeltaTable.forName(spark, name)
     columns = ["version", "userMetadata", F.unix_micros("timestamp").alias("timestamp_us")]
     rows = table.history(newest).where(F.col("version") >= version).select(*columns).collect()
@@ -129,7 +150,7 @@ def user_metadata_since(spark: SparkSession, name: str, version: int) -> list[tu
     latest = int(snapshot.version())
     if latest < version:
         return []
-    if latest - version < DRIVER_READ_COMMITS:
+    if latest - version < DRIVER_READ_COMMITS and not isinstance(snapshot, ConnectSnapshot):
         try:
             found = _commit_user_metadata(spark, snapshot, version, latest)
         except Exception:  # Delta's internal API changed shape: the public one below
@@ -163,8 +184,10 @@ def commit_actions(spark: SparkSession, snapshot, version: int) -> list[dict] | 
 
     Read in the driver from the commit's own log file (Delta's ``DeltaLog.getChanges``, each action's ``json``):
     about 0.1 ms per action, no Spark job. ``None`` when the commit's file is gone (log cleanup) or Delta's
-    internal API changed shape.
+    internal API changed shape. Under Spark Connect, the commit's log file read as text through Spark.
     """
+    if isinstance(snapshot, ConnectSnapshot):
+        return connect_commit_actions(spark, snapshot, version)
     try:
         jvm = spark.sparkContext._jvm
         changes = snapshot.deltaLog().getChanges(version, version, jvm.scala.Option.empty(), False)
@@ -187,6 +210,8 @@ def partition_value_key(snapshot, column: str) -> str:
     physical name when the table uses column mapping (``delta.columnMapping.physicalName`` in the column's
     metadata; Delta protocol, "Column Mapping"), else its name."""
     physical = "delta.columnMapping.physicalName"
+    if isinstance(snapshot, ConnectSnapshot):  # its partition values are keyed by name
+        return column
     try:
         for f in snapshot.metadata().schema().fields():
             if f.name() == column:
@@ -198,7 +223,11 @@ def partition_value_key(snapshot, column: str) -> str:
 
 def add_files(spark: SparkSession, snapshot) -> DataFrame:
     """The ``add`` actions of ``snapshot`` (from :func:`latest_snapshot`): ``path``, ``partitionValues``, ``size``,
-    ``stats``; from Delta's own log replay (checkpoints included), no data file read."""
+    ``stats``; from Delta's own log replay (checkpoints included), no data file read. Under Spark Connect, from
+    the version's ``_metadata`` column (:meth:`ConnectSnapshot.add_files`: a scan; ``stats`` holds
+    ``numRecords`` only)."""
+    if isinstance(snapshot, ConnectSnapshot):
+        return snapshot.add_files()
     return DataFrame(snapshot.allFiles().toDF(), spark)
 
 
@@ -325,7 +354,8 @@ def snapshot_generated_columns(snapshot) -> tuple[GeneratedColumn, ...]:
     field metadata (Delta 4.4)."""
     from pyspark.sql.types import StructType
 
-    fields = json.loads(snapshot.metadata().schemaString())["fields"]
+    schema_string = snapshot.schema_json if isinstance(snapshot, ConnectSnapshot) else snapshot.metadata().schemaString()
+    fields = json.loads(schema_string)["fields"]
     schema = StructType.fromJson({"type": "struct", "fields": fields})
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
     return generated_columns_of((f["name"], types[f["name"]], f.get("metadata")) for f in fields)
@@ -341,6 +371,9 @@ def _typed_partition_values(snapshot, values) -> list:
     the ``add`` actions' ``partitionValues`` (strings, keyed by physical name under column mapping)."""
     from pyspark.sql.types import StructType
 
+    if isinstance(snapshot, ConnectSnapshot):
+        types = {f.name: f.dataType for f in StructType.fromJson(json.loads(snapshot.schema_json)).fields}
+        return [values.getItem(c).cast(types[c]).alias(c) for c in snapshot.partition_columns]
     schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
     types = {f.name: f.dataType for f in schema.fields}
     columns, names = [], snapshot.metadata().partitionColumns().iterator()  # a Scala Seq
@@ -360,6 +393,9 @@ def _snapshot_metadata(snapshot) -> tuple[dict[str, str], tuple[Column, ...]]:
     """The table properties and top-level columns of ``snapshot``'s metadata (its Delta log; no catalog call)."""
     from pyspark.sql.types import StructType
 
+    if isinstance(snapshot, ConnectSnapshot):
+        schema = StructType.fromJson(json.loads(snapshot.schema_json))
+        return dict(snapshot.properties), tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
     entries = snapshot.metadata().configuration().iterator()
     properties = {}
     while entries.hasNext():

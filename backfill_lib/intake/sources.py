@@ -10,6 +10,7 @@ parses; :func:`refuse_escapes` refuses the query constructs that reach outside S
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from pyspark.errors import PySparkException
@@ -109,7 +110,8 @@ def _classes(tree) -> set[str]:
 
 def refuse_escapes(df: DataFrame, where: str) -> None:
     """Refuse ``df`` when its analysed plan (views, subqueries and CTEs included) uses a :data:`FORBIDDEN`
-    construct. Reads no data. Under Spark Connect, which shows no plan, nothing is checked.
+    construct. Reads no data. Under Spark Connect, which sends no plan object, the analysed plan's text
+    (``EXPLAIN EXTENDED``) is searched for the same constructs by name (:func:`_refuse_escapes_in_text`).
 
     Raises
     ------
@@ -118,6 +120,7 @@ def refuse_escapes(df: DataFrame, where: str) -> None:
     """
     jdf = getattr(df, "_jdf", None)
     if jdf is None:
+        _refuse_escapes_in_text(df, where)
         return
     try:
         classes = _classes(json.loads(jdf.queryExecution().analyzed().toJSON()))
@@ -125,6 +128,31 @@ def refuse_escapes(df: DataFrame, where: str) -> None:
         raise IntakeError(f"{where}: its analysed plan could not be inspected: {first_line(exc)}") from exc
     for cls, what in FORBIDDEN.items():
         if cls in classes:
+            raise IntakeError(f"{where}: uses {what}; request SQL may only read tables")
+
+
+#: How the analysed plan's text names :data:`FORBIDDEN`'s classes (an expression by its SQL name and an open
+#: parenthesis, the operator by its node name).
+FORBIDDEN_TEXT = {
+    re.compile(r"(?<![\w`])(reflect|java_method|try_reflect)\("): FORBIDDEN[
+        "org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection"],
+    re.compile(r"(?<![\w`])ScriptTransformation\b"): FORBIDDEN[
+        "org.apache.spark.sql.catalyst.plans.logical.ScriptTransformation"],
+}
+
+
+def _refuse_escapes_in_text(df: DataFrame, where: str) -> None:
+    """:func:`refuse_escapes` for a DataFrame without a JVM plan (Spark Connect): its analysed plan as text.
+
+    A column or table named like a forbidden function followed by ``(`` is refused too (fails closed)."""
+    explain = getattr(df, "_explain_string", None)
+    try:
+        text = explain(extended=True)
+    except Exception as exc:  # fail closed: a plan that cannot be inspected is not run
+        raise IntakeError(f"{where}: its analysed plan could not be inspected: {first_line(exc)}") from exc
+    analysed = text.split("== Analyzed Logical Plan ==", 1)[-1].split("== Optimized Logical Plan ==", 1)[0]
+    for pattern, what in FORBIDDEN_TEXT.items():
+        if pattern.search(analysed):
             raise IntakeError(f"{where}: uses {what}; request SQL may only read tables")
 
 

@@ -124,3 +124,61 @@ def wrap_query(body: str, alias: str = "_backfill_source") -> str:
     comment on the body's last line.
     """
     return f"SELECT * FROM (\n{body}\n) AS {alias}"
+
+
+def bind_named_parameters(text: str, literals: dict[str, str]) -> str:
+    """``text`` with each named parameter ``:name`` of ``literals`` replaced by its SQL literal text (for example
+    ``{"range_start": "DATE'2024-03-09'"}``), outside quoted strings, back-quoted names and comments.
+
+    For sessions whose ``spark.sql(text, args=...)`` loses the parameters: under Spark Connect with Delta's SQL
+    extension, the server parses the text with Delta's parser, which drops named parameters (delta-io/delta#7640),
+    and the query fails as ``UNBOUND_SQL_PARAMETER``. ``::`` (a cast) and names not in ``literals`` are left as
+    they are, so Spark still reports an unknown parameter itself.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "-" and text.startswith("--", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(text[i:j])
+            i = j
+            continue
+        if c == "/" and text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            out.append(text[i:j])
+            i = j
+            continue
+        if c in "'\"`":
+            raw = c != "`" and i > 0 and text[i - 1] in "rR" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] == "_"))
+            j = i + 1
+            while j < n:
+                if text[j] == "\\" and c != "`" and not raw:
+                    j += 2
+                    continue
+                if text[j] == c:
+                    if c == "`" and text.startswith("``", j):
+                        j += 2
+                        continue
+                    break
+                j += 1
+            out.append(text[i:j + 1])
+            i = j + 1
+            continue
+        if c == ":" and not text.startswith("::", i) and (i == 0 or text[i - 1] != ":"):
+            word = _WORD.match(text, i + 1)
+            if word and word.group(0) in literals:
+                out.append(literals[word.group(0)])
+                i = word.end()
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)

@@ -52,11 +52,33 @@ def source_frame(
         if start is None:
             df = spark.sql(text)
         else:
-            df = spark.sql(text, args={"range_start": start, "range_end": end})
+            df = sql_with_bounds(spark, text, start, end)
     except PySparkException as exc:
         raise IntakeError(f"{where}: {first_line(exc)}") from exc
     refuse_escapes(df, where)
     return df
+
+
+def sql_literal(value) -> str:
+    """A ``DATE`` or ``TIMESTAMP`` bound as SQL literal text (an aware datetime with its offset: the same instant
+    in any session time zone)."""
+    if isinstance(value, datetime):
+        return f"TIMESTAMP'{value.isoformat(sep=' ')}'"
+    return f"DATE'{value.isoformat()}'"
+
+
+def sql_with_bounds(spark: SparkSession, text: str, start, end) -> DataFrame:
+    """``text`` run with ``:range_start`` and ``:range_end`` bound to ``start`` and ``end``: as Spark's named
+    parameters, except under Spark Connect, whose server loses them under Delta's SQL parser; there they are bound
+    as literals in the text (:func:`~backfill_lib.intake.sql_text.bind_named_parameters`)."""
+    from backfill_lib.adapters.connect_log import is_connect
+
+    if is_connect(spark):
+        from backfill_lib.intake.sql_text import bind_named_parameters
+
+        return spark.sql(bind_named_parameters(text, {"range_start": sql_literal(start),
+                                                      "range_end": sql_literal(end)}))
+    return spark.sql(text, args={"range_start": start, "range_end": end})
 
 
 def source_input(spark: SparkSession, df: DataFrame):
@@ -65,6 +87,13 @@ def source_input(spark: SparkSession, df: DataFrame):
     files = df.inputFiles()
     if not files:
         return SourceInput(0, 0)
+    from backfill_lib.adapters.connect_log import is_connect
+
+    if is_connect(spark):  # no Hadoop FileSystem in the driver: the sizes from Spark's file source (no content read)
+        from pyspark.sql import functions as F
+
+        size = spark.read.format("binaryFile").load(list(files)).agg(F.sum("length")).first()[0]
+        return SourceInput(len(files), int(size or 0))
     path_class = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # resolved once: each name step is a py4j call
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     file_systems: dict[tuple[str, str], object] = {}

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
+from backfill_lib.adapters.connect_log import ConnectSnapshot
 from backfill_lib.adapters.delta_log import (
     add_files,
     current_version,
@@ -246,6 +247,14 @@ def holds_version(spark: SparkSession, table: str, version: int) -> bool:
     now = latest_snapshot(spark, table)
     if int(now.version()) == version:
         return True
+    if isinstance(now, ConnectSnapshot):  # Spark Connect: no log objects; the version's schema and rows instead
+        try:
+            then = spark.read.option("versionAsOf", version).table(table)
+            latest = now.read()
+            return (then.schema == latest.schema and then.count() == latest.count()
+                    and then.exceptAll(latest).isEmpty())
+        except Exception:
+            return False
     try:
         log = now.deltaLog()
         then = log.getSnapshotAt(version, getattr(log, "getSnapshotAt$default$2")(),

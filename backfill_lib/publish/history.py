@@ -38,9 +38,15 @@ def backfill_versions(spark: SparkSession, ledger: Ledger, table: str) -> list[B
     pyspark.errors.AnalysisException
         When ``table`` does not exist or is not a Delta table (the CLI turns it into an error naming it).
     """
-    from delta.tables import DeltaTable
+    from backfill_lib.adapters.connect_log import is_connect
 
-    history = (DeltaTable.forName(spark, table).history()
+    if is_connect(spark):  # no DeltaTable without a JVM: Delta's SQL
+        entries = spark.sql(f"DESCRIBE HISTORY {table}")
+    else:
+        from delta.tables import DeltaTable
+
+        entries = DeltaTable.forName(spark, table).history()
+    history = (entries
                .select("version", F.date_format("timestamp", "yyyy-MM-dd HH:mm:ssXXX").alias("ts"),
                        "operation", "userMetadata")
                .where(F.col("userMetadata").isNotNull()).orderBy(F.col("version").desc()).collect())

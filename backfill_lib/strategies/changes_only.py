@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
+from backfill_lib.adapters.connect_log import is_connect
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import DuplicateKeyError, PublishError
 from backfill_lib.core.partitions import quote_ident
@@ -24,6 +25,7 @@ from backfill_lib.strategies.base import verify_partitions
 from backfill_lib.strategies.commit_check import Published
 from backfill_lib.strategies.kinds import ChangesOnlyKind, merge_keys
 from backfill_lib.strategies.recompute import Recompute
+from backfill_lib.strategies.sql_merge import merge_with_sql
 from backfill_lib.validate.key_audit import LISTED_KEYS, duplicate_keys, key_text
 
 
@@ -69,6 +71,13 @@ class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
         in_range = plan.predicate(qualifier="t")
         on = self.merge_condition(plan)
         changed = " OR ".join(differs(c.name, c.type, c.new) for c in casts if c.name not in keys) or "false"
+        if is_connect(spark):  # no DeltaTable without a JVM: the same MERGE as SQL
+            clauses = [f"WHEN MATCHED AND ({changed}) THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *",
+                       f"WHEN NOT MATCHED BY SOURCE AND ({in_range}) THEN DELETE"]
+            with idempotent_commit(spark, plan):
+                merge_with_sql(spark, plan.target_table, staged, on, clauses,
+                               schema_evolution=any(c.new for c in casts))
+            return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre))
         merge = DeltaTable.forName(spark, plan.target_table).alias("t").merge(staged.alias("s"), on)
         if any(c.new for c in casts):
             merge = merge.withSchemaEvolution()

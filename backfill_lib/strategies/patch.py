@@ -8,6 +8,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from backfill_lib.adapters.connect_log import is_connect
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.schema_guard import ColumnCast
@@ -18,6 +19,7 @@ from backfill_lib.strategies.base import StrategyImpl
 from backfill_lib.strategies.changes_only import differs
 from backfill_lib.strategies.commit_check import Published
 from backfill_lib.strategies.kinds import PatchKind
+from backfill_lib.strategies.sql_merge import merge_with_sql
 
 
 class Patch(PatchKind, StrategyImpl):
@@ -41,6 +43,16 @@ class Patch(PatchKind, StrategyImpl):
         # as the diff and changes_only compare (a float's 0.0 and -0.0 differ), so what the diff counts updated is
         # what the MERGE updates
         changed = " OR ".join(differs(c, staged.schema[c].dataType.simpleString(), False) for c in values) or "false"
+        if is_connect(spark):  # no DeltaTable without a JVM: the same MERGE as SQL
+            sets = ", ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in values)
+            names = ", ".join(quote_ident(c) for c in columns)
+            clauses = ([f"WHEN MATCHED AND ({changed}) THEN UPDATE SET {sets}"] if values else []) + [
+                f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({', '.join(f's.{quote_ident(c)}' for c in columns)})"]
+            if plan.request.delete_missing:
+                clauses.append(f"WHEN NOT MATCHED BY SOURCE AND ({plan.predicate(qualifier='t')}) THEN DELETE")
+            with idempotent_commit(spark, plan):
+                merge_with_sql(spark, plan.target_table, staged, self.merge_condition(plan), clauses)
+            return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre))
         merge = (
             DeltaTable.forName(spark, plan.target_table)
             .alias("t")

@@ -32,7 +32,7 @@ class Recompute(RecomputeKind, StrategyImpl):
         predicate = self.publish_predicate(plan)
         # Staging files hold whole batches: read as they are, one small batch is one task writing every
         # partition's file in turn (one core busy), and a large one writes a file per task and partition.
-        tasks = max(1, min(len(plan.partitions), spark.sparkContext.defaultParallelism))
+        tasks = max(1, min(len(plan.partitions), _parallelism(spark)))
         spec = [F.col(quote_ident(c)) for c in plan.partition_spec]
         rows = staged_rows(spark, plan.staging_table).where(predicate).select(*[F.col(quote_ident(c.name)) for c in casts])
         if plan.range_in_data:
@@ -50,3 +50,12 @@ class Recompute(RecomputeKind, StrategyImpl):
         writer.overwrite(F.expr(predicate))
         version = find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)
         return Published(pre, version, written(observation))
+
+
+def _parallelism(spark: SparkSession) -> int:
+    """The session's ``defaultParallelism``; under Spark Connect (no SparkContext in the driver) the shuffle
+    partitions the server's session runs with."""
+    try:
+        return spark.sparkContext.defaultParallelism
+    except Exception:
+        return int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
