@@ -17,42 +17,26 @@ QUERY_STARTS = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE"})
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _scan(text: str) -> tuple[list[str], list[str]]:
-    """``text`` split at top-level semicolons: each statement's text (comments kept), and the same with comments,
-    quoted strings and names blanked, for finding its leading words. Empty (comment-only) statements are left
-    out."""
-    statements: list[str] = []
-    bare: list[str] = []
-    start, i, n = 0, 0, len(text)
-    plain: list[str] = []  # the current statement's characters outside comments and quotes
-    significant = False
-
-    def close(end: int) -> None:
-        nonlocal start, plain, significant
-        if significant:
-            statements.append(text[start:end].strip())
-            bare.append("".join(plain))
-        start, plain, significant = end + 1, [], False
-
+def _pieces(text: str):
+    """``(kind, start, end)`` pieces of ``text`` in order: ``"comment"`` (``--`` to the line's end, or nested
+    ``/* */``), ``"quoted"`` (a string or back-quoted name, quotes included; an unclosed one runs to the end) and
+    ``"char"`` (one character outside both), as Spark's lexer sees them."""
+    i, n = 0, len(text)
     while i < n:
         c = text[i]
         if c == "-" and text.startswith("--", i):
             j = text.find("\n", i)
-            i = n if j < 0 else j
-            plain.append(" ")
-            continue
-        if c == "/" and text.startswith("/*", i):
-            depth, i = 1, i + 2
-            while i < n and depth:
-                if text.startswith("/*", i):
-                    depth, i = depth + 1, i + 2
-                elif text.startswith("*/", i):
-                    depth, i = depth - 1, i + 2
+            j = n if j < 0 else j
+        elif c == "/" and text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
                 else:
-                    i += 1
-            plain.append(" ")
-            continue
-        if c in "'\"`":
+                    j += 1
+        elif c in "'\"`":
             raw = c != "`" and i > 0 and text[i - 1] in "rR" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] == "_"))
             j = i + 1
             while j < n:
@@ -65,19 +49,48 @@ def _scan(text: str) -> tuple[list[str], list[str]]:
                         continue
                     break
                 j += 1
-            i = j + 1
-            plain.append(" x ")
-            significant = True
+            j = min(j + 1, n)
+            yield "quoted", i, j
+            i = j
             continue
-        if c == ";":
-            close(i)
+        else:
+            yield "char", i, i + 1
             i += 1
             continue
-        if not c.isspace():
+        yield "comment", i, j
+        i = j
+
+
+def _scan(text: str) -> tuple[list[str], list[str]]:
+    """``text`` split at top-level semicolons: each statement's text (comments kept), and the same with comments,
+    quoted strings and names blanked, for finding its leading words. Empty (comment-only) statements are left
+    out."""
+    statements: list[str] = []
+    bare: list[str] = []
+    start = 0
+    plain: list[str] = []  # the current statement's characters outside comments and quotes
+    significant = False
+
+    def close(end: int) -> None:
+        nonlocal start, plain, significant
+        if significant:
+            statements.append(text[start:end].strip())
+            bare.append("".join(plain))
+        start, plain, significant = end + 1, [], False
+
+    for kind, i, _ in _pieces(text):
+        c = text[i]
+        if kind == "comment":
+            plain.append(" ")
+        elif kind == "quoted":
+            plain.append(" x ")
             significant = True
-        plain.append(c)
-        i += 1
-    close(n)
+        elif c == ";":
+            close(i)
+        else:
+            significant = significant or not c.isspace()
+            plain.append(c)
+    close(len(text))
     return statements, bare
 
 
@@ -136,49 +149,15 @@ def bind_named_parameters(text: str, literals: dict[str, str]) -> str:
     they are, so Spark still reports an unknown parameter itself.
     """
     out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "-" and text.startswith("--", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(text[i:j])
-            i = j
+    skip = 0  # the end of the parameter name just replaced
+    for kind, i, j in _pieces(text):
+        if i < skip:
             continue
-        if c == "/" and text.startswith("/*", i):
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if text.startswith("/*", j):
-                    depth, j = depth + 1, j + 2
-                elif text.startswith("*/", j):
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
-            out.append(text[i:j])
-            i = j
-            continue
-        if c in "'\"`":
-            raw = c != "`" and i > 0 and text[i - 1] in "rR" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] == "_"))
-            j = i + 1
-            while j < n:
-                if text[j] == "\\" and c != "`" and not raw:
-                    j += 2
-                    continue
-                if text[j] == c:
-                    if c == "`" and text.startswith("``", j):
-                        j += 2
-                        continue
-                    break
-                j += 1
-            out.append(text[i:j + 1])
-            i = j + 1
-            continue
-        if c == ":" and not text.startswith("::", i) and (i == 0 or text[i - 1] != ":"):
+        if kind == "char" and text[i] == ":" and not text.startswith("::", i) and (i == 0 or text[i - 1] != ":"):
             word = _WORD.match(text, i + 1)
             if word and word.group(0) in literals:
                 out.append(literals[word.group(0)])
-                i = word.end()
+                skip = word.end()
                 continue
-        out.append(c)
-        i += 1
+        out.append(text[i:j])
     return "".join(out)
