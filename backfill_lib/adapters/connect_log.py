@@ -79,13 +79,17 @@ class ConnectSnapshot:
                               "its partition values cannot be read as the Delta log writes them (needs a driver "
                               "JVM); nothing written")
         prefix = self.location.rstrip("/") + "/"
-        path = F.col("_metadata.file_path")
-        relative = F.when(path.startswith(prefix), F.expr(f"substring(_metadata.file_path, {len(prefix) + 1})")) \
+        rows = self.read()
+        # by metadataColumn, not the name: a table may keep a data column _metadata (its ingestion's), which hides
+        # the file source's column of that name and would list the ingested files instead of the table's
+        metadata = rows.metadataColumn("_metadata")
+        path = metadata.getField("file_path")
+        relative = F.when(path.startswith(prefix), F.substring(path, len(prefix) + 1, 2_147_483_647)) \
             .otherwise(path)
         # the grouping works on its own names: a partition column may be called path or size, or hold a back-quote
         names = [f"_bf_part_{i}" for i in range(len(self.partition_columns))]
         parts = [F.col(quote_ident(c)).cast("string").alias(n) for c, n in zip(self.partition_columns, names)]
-        grouped = (self.read().select(relative.alias("_bf_path"), F.col("_metadata.file_size").alias("_bf_size"), *parts)
+        grouped = (rows.select(relative.alias("_bf_path"), metadata.getField("file_size").alias("_bf_size"), *parts)
                    .groupBy("_bf_path", "_bf_size", *names)
                    .agg(F.count(F.lit(1)).alias("_bf_rows")))
         values = (F.create_map(*[x for c, n in zip(self.partition_columns, names) for x in (F.lit(c), F.col(n))])

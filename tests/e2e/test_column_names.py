@@ -97,28 +97,3 @@ def test_a_column_mapped_target_with_spaces_rebuilds(spark, settings, db, tmp_pa
     assert read_table_state(spark, f"{db}.mapped").column_mapping == "name"
     assert all(c.success for c in result.checks)
 
-
-def test_a_reserved_word_partition_column_stages_with_its_statistics_and_publishes(spark, settings, db, tmp_path,
-                                                                                   runner):
-    """``order`` is a plain identifier, so staging names it in ``delta.dataSkippingStatsColumns``; Delta must take
-    it there, and validation and publish see the right rows."""
-    cols = "id INT, `order` DATE, v INT"
-    original = [(1, D9, 10), (2, D9, 20), (3, D10, 30)]
-    spark.createDataFrame(original, cols).write.format("delta").partitionBy("order").saveAsTable(f"{db}.reserved")
-    spark.createDataFrame([(1, D9, 11), (4, D9, 41), (3, D10, 99)], cols).write.format("delta") \
-        .saveAsTable(f"{db}.reserved_src")
-    path = request(tmp_path, f"{db}.reserved",
-                   f"SELECT * FROM {db}.reserved_src WHERE `order` >= :range_start AND `order` < :range_end",
-                   keys=("id",), partition_column="order", gates={"allow_row_growth": True, "allow_row_loss": True})
-    before = current_version(spark, f"{db}.reserved")
-    result = run(spark, settings, path)
-
-    assert result.status == "published", result.failures
-    staging = spark.sql(f"DESCRIBE DETAIL {result.plan.staging_table}").first()["properties"]
-    assert staging["delta.dataSkippingStatsColumns"] == "order"
-    expected = spark.createDataFrame([(1, D9, 11), (4, D9, 41), (3, D10, 30)], cols)
-    assert_df_equality(spark.table(f"{db}.reserved"), expected, ignore_row_order=True)
-
-    runner.rollback(result.plan.run_id, "ana", "test rollback")
-    assert_df_equality(spark.table(f"{db}.reserved"), spark.createDataFrame(original, cols), ignore_row_order=True)
-    assert current_version(spark, f"{db}.reserved") == before + 2

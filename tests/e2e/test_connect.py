@@ -193,3 +193,19 @@ def test_file_listing_keys_partition_values_by_names_that_need_quoting_or_clash(
         values = dict(r["partitionValues"])
         rows[values["path"]] = (values, rows.get(values["path"], (None, 0))[1] + json.loads(r["stats"])["numRecords"])
     assert rows == {"p": ({"path": "p", "a`b": "x", "size": "5"}, 2), "q": ({"path": "q", "a`b": None, "size": "6"}, 1)}
+
+
+def test_file_listing_of_a_table_with_a_data_column_named_metadata(cspark, db):
+    """A bronze table that kept the ``_metadata`` column of its ingestion (an Auto Loader habit) hides Spark's
+    file metadata column of that name; the Connect log reader must still list its files."""
+    from backfill_lib.adapters.connect_log import connect_snapshot
+
+    cspark.sql(f"CREATE TABLE {db}.bronze (id INT, dt DATE, _metadata STRUCT<file_path: STRING>) USING delta "
+               f"PARTITIONED BY (dt)")
+    cspark.sql(f"INSERT INTO {db}.bronze VALUES (1, DATE'2024-03-09', named_struct('file_path', 'landing/a.json'))")
+
+    [row] = connect_snapshot(cspark, f"{db}.bronze").add_files().collect()
+
+    assert dict(row["partitionValues"]) == {"dt": "2024-03-09"}
+    assert json.loads(row["stats"])["numRecords"] == 1
+    assert row["path"].startswith("dt=2024-03-09/") and row["path"].endswith(".parquet")
