@@ -96,4 +96,3 @@ def test_a_column_mapped_target_with_spaces_rebuilds(spark, settings, db, tmp_pa
     assert_df_equality(spark.table(f"{db}.mapped"), spark.createDataFrame(rebuilt, cols), ignore_row_order=True)
     assert read_table_state(spark, f"{db}.mapped").column_mapping == "name"
     assert all(c.success for c in result.checks)
-
