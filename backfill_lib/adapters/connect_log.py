@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.core.errors import IntakeError
+from backfill_lib.core.partitions import quote_ident
 
 
 def is_connect(spark: SparkSession) -> bool:
@@ -78,17 +79,24 @@ class ConnectSnapshot:
                               "its partition values cannot be read as the Delta log writes them (needs a driver "
                               "JVM); nothing written")
         prefix = self.location.rstrip("/") + "/"
-        path = F.col("_metadata.file_path")
-        relative = F.when(path.startswith(prefix), F.expr(f"substring(_metadata.file_path, {len(prefix) + 1})")) \
+        rows = self.read()
+        # by metadataColumn, not the name: a table may keep a data column _metadata (its ingestion's), which hides
+        # the file source's column of that name and would list the ingested files instead of the table's
+        metadata = rows.metadataColumn("_metadata")
+        path = metadata.getField("file_path")
+        relative = F.when(path.startswith(prefix), F.substring(path, len(prefix) + 1, 2_147_483_647)) \
             .otherwise(path)
-        parts = [F.col(f"`{c}`").cast("string").alias(c) for c in self.partition_columns]
-        grouped = (self.read().select(relative.alias("path"), F.col("_metadata.file_size").alias("size"), *parts)
-                   .groupBy("path", "size", *[F.col(f"`{c}`") for c in self.partition_columns])
-                   .agg(F.count(F.lit(1)).alias("n")))
-        values = (F.create_map(*[x for c in self.partition_columns for x in (F.lit(c), F.col(f"`{c}`"))])
+        # the grouping works on its own names: a partition column may be called path or size, or hold a back-quote
+        names = [f"_bf_part_{i}" for i in range(len(self.partition_columns))]
+        parts = [F.col(quote_ident(c)).cast("string").alias(n) for c, n in zip(self.partition_columns, names)]
+        grouped = (rows.select(relative.alias("_bf_path"), metadata.getField("file_size").alias("_bf_size"), *parts)
+                   .groupBy("_bf_path", "_bf_size", *names)
+                   .agg(F.count(F.lit(1)).alias("_bf_rows")))
+        values = (F.create_map(*[x for c, n in zip(self.partition_columns, names) for x in (F.lit(c), F.col(n))])
                   if self.partition_columns else F.create_map().cast("map<string,string>"))
-        return grouped.select("path", values.alias("partitionValues"), "size",
-                              F.to_json(F.struct(F.col("n").alias("numRecords"))).alias("stats"))
+        return grouped.select(F.col("_bf_path").alias("path"), values.alias("partitionValues"),
+                              F.col("_bf_size").alias("size"),
+                              F.to_json(F.struct(F.col("_bf_rows").alias("numRecords"))).alias("stats"))
 
 
 def connect_snapshot(spark: SparkSession, name: str, version: int | None = None) -> ConnectSnapshot:

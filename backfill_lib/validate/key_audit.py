@@ -26,9 +26,12 @@ def duplicate_keys(df: DataFrame, keys: Sequence[str], limit: int = LISTED_KEYS)
 
     One ``groupBy`` of ``df`` (one Spark job); the extra key tells the caller that more exist."""
     cols = [F.col(quote_ident(k)) for k in keys]
-    counted = df.groupBy(*cols).agg(F.count(F.lit(1)).alias("_n")).where(F.col("_n") > 1)
-    rows = counted.orderBy(F.col("_n").desc(), *[c.asc_nulls_first() for c in cols]).limit(limit + 1).collect()
-    return [(tuple(r[:len(keys)]), int(r["_n"])) for r in rows]
+    n = "_n"
+    while n.lower() in {k.lower() for k in keys}:  # the count's name must not be a key's (Spark ignores case)
+        n += "_"
+    counted = df.groupBy(*cols).agg(F.count(F.lit(1)).alias(n)).where(F.col(n) > 1)
+    rows = counted.orderBy(F.col(n).desc(), *[c.asc_nulls_first() for c in cols]).limit(limit + 1).collect()
+    return [(tuple(r[:len(keys)]), int(r[len(keys)])) for r in rows]
 
 
 def key_text(key: tuple) -> str:

@@ -174,3 +174,38 @@ def test_range_parameters_are_bound_as_literals_outside_strings_and_comments():
     bound = bind_named_parameters(text, {"range_start": sql_literal(D9), "range_end": sql_literal(D10)})
     assert bound == ("SELECT ':range_start', `:range_end`, x::date FROM t -- :range_end\n"
                      "WHERE d >= DATE'2024-03-09' AND d < DATE'2024-03-10'")
+
+
+def test_file_listing_keys_partition_values_by_names_that_need_quoting_or_clash(cspark, db):
+    """A partition column named like the listing's own columns (``path``, ``size``) or holding a back-quote
+    lists its files like any other (``add_files`` of the Connect log reader, which plan statistics read)."""
+    from backfill_lib.adapters.connect_log import connect_snapshot
+
+    cspark.sql(f"CREATE TABLE {db}.odd (id INT, path STRING, `a``b` STRING, size INT) USING delta "
+               f"PARTITIONED BY (path, `a``b`, size)")
+    cspark.sql(f"INSERT INTO {db}.odd VALUES (1, 'p', 'x', 5), (2, 'p', 'x', 5), (3, 'q', NULL, 6)")
+
+    files = connect_snapshot(cspark, f"{db}.odd").add_files()
+
+    rows: dict = {}  # per partition: its values and the rows of its files (an INSERT may write a file per row)
+    for r in files.collect():
+        assert r["size"] > 0 and r["path"].endswith(".parquet") and not r["path"].startswith("/")
+        values = dict(r["partitionValues"])
+        rows[values["path"]] = (values, rows.get(values["path"], (None, 0))[1] + json.loads(r["stats"])["numRecords"])
+    assert rows == {"p": ({"path": "p", "a`b": "x", "size": "5"}, 2), "q": ({"path": "q", "a`b": None, "size": "6"}, 1)}
+
+
+def test_file_listing_of_a_table_with_a_data_column_named_metadata(cspark, db):
+    """A bronze table that kept the ``_metadata`` column of its ingestion (an Auto Loader habit) hides Spark's
+    file metadata column of that name; the Connect log reader must still list its files."""
+    from backfill_lib.adapters.connect_log import connect_snapshot
+
+    cspark.sql(f"CREATE TABLE {db}.bronze (id INT, dt DATE, _metadata STRUCT<file_path: STRING>) USING delta "
+               f"PARTITIONED BY (dt)")
+    cspark.sql(f"INSERT INTO {db}.bronze VALUES (1, DATE'2024-03-09', named_struct('file_path', 'landing/a.json'))")
+
+    [row] = connect_snapshot(cspark, f"{db}.bronze").add_files().collect()
+
+    assert dict(row["partitionValues"]) == {"dt": "2024-03-09"}
+    assert json.loads(row["stats"])["numRecords"] == 1
+    assert row["path"].startswith("dt=2024-03-09/") and row["path"].endswith(".parquet")

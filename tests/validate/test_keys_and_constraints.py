@@ -210,3 +210,13 @@ def test_constraints_that_hold_pass_and_publish(spark, settings, db, tmp_path):
                       ("constraint", "non_negative: CHECK (v >= 0)", True, "0 rows"),
                       ("constraint", "NOT NULL line", True, "0 rows"),
                       ("constraint", "NOT NULL v", True, "0 rows")]
+
+
+def test_duplicate_keys_of_a_key_named_like_the_count(spark):
+    """The count of each key is the audit's own column: a key column may be called ``_n``."""
+    from backfill_lib.validate.key_audit import duplicate_keys
+
+    df = spark.createDataFrame([(1, "a"), (1, "b"), (2, "c"), (None, "d"), (None, "e"), (None, "f")],
+                               "_n INT, v STRING")
+
+    assert duplicate_keys(df, ["_n"]) == [((None,), 3), ((1,), 2)]
