@@ -47,7 +47,7 @@ def _run_job(home: Path, name: str, commands: list[list[str]], pause: str, sig: 
     env.update(BACKFILL_HOME=str(home), BACKFILL_SPARK_MASTER="local[2]")
     if pause:
         env.update({PAUSE_ENV: pause, PAUSE_FILE_ENV: str(marker)})
-    argv = [sys.executable, str(ROOT / "tests" / "crash_job.py"), f"{ROLL}+monthly,{TERM}"]
+    argv = [sys.executable, str(ROOT / "tests" / "crash_job.py"), f"{ROLL}+monthly,{TERM}+target"]
     for c in commands:
         argv += ["--", *c]
     out, err = home / f"{name}.out", home / f"{name}.err"
@@ -74,7 +74,9 @@ def _run_job(home: Path, name: str, commands: list[list[str]], pause: str, sig: 
 def story(tmp_path_factory):
     home = tmp_path_factory.mktemp("crash_safety_home")
     roll = with_mart(tmp_path_factory.mktemp("roll_request"), ROLL)  # 2024-03-09 and the mart's March
-    term = events_request(tmp_path_factory.mktemp("term_request"), TERM, start=D8, end=D10, batch_size=1)
+    # the SIGTERM's target reads the rollback story's source (only ever read): one table less to write on a cold JVM
+    sql = f"SELECT id, dt, v * 10 AS v FROM {ROLL}.events_src WHERE dt >= :range_start AND dt < :range_end"
+    term = events_request(tmp_path_factory.mktemp("term_request"), TERM, start=D8, end=D10, sql=sql, batch_size=1)
     steps = {}
     steps["run"] = _run_job(home, "p1", [["run", str(roll)]], "after_run_id", signal.SIGKILL)
     found = re.search(r"run ID: (\S+)", steps["run"][1])
