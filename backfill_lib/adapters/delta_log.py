@@ -20,6 +20,7 @@ from backfill_lib.adapters.connect_log import (
     connect_snapshot,
     is_connect,
 )
+from backfill_lib.adapters.kernel_log import kernel_add_files
 from backfill_lib.core.errors import IntakeError, first_line
 from backfill_lib.core.file_ranges import FileRange, file_set_fingerprint
 from backfill_lib.core.partition_keys import PartitionKeys
@@ -223,12 +224,15 @@ def partition_value_key(snapshot, column: str) -> str:
 
 def add_files(spark: SparkSession, snapshot) -> DataFrame:
     """The ``add`` actions of ``snapshot`` (from :func:`latest_snapshot`): ``path``, ``partitionValues``, ``size``,
-    ``stats``; from Delta's own log replay (checkpoints included), no data file read. Under Spark Connect, from
+    ``stats``, ``deletionVector``; from Delta's own log replay (checkpoints included), no data file read: Delta
+    Kernel's in the driver for a table of a few thousand files (:func:`~.kernel_log.kernel_add_files`), else the
+    Spark snapshot's (a Spark job). Under Spark Connect, from
     the version's ``_metadata`` column (:meth:`ConnectSnapshot.add_files`: a scan; ``stats`` holds
     ``numRecords`` only)."""
     if isinstance(snapshot, ConnectSnapshot):
         return snapshot.add_files()
-    return DataFrame(snapshot.allFiles().toDF(), spark)
+    files = kernel_add_files(spark, snapshot)  # a small table's log, replayed in the driver without a Spark job
+    return files if files is not None else DataFrame(snapshot.allFiles().toDF(), spark)
 
 
 def read_table_state(spark: SparkSession, name: str, with_partitions: bool = True, *,
@@ -252,21 +256,16 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     """
     if not table_exists(spark, name):
         raise IntakeError(missing_table_message(name))
-    try:
-        detail = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]
-    except AnalysisException as exc:  # a view (EXPECT_TABLE_NOT_VIEW), or a table Delta cannot describe
-        kind = "a view" if _is_view(spark, name) else "not a Delta table"
-        first = next((line for line in str(exc).splitlines() if line.strip()), "").strip()
-        raise IntakeError(f"table {name} is {kind}; a backfill writes Delta tables only ({first})") from None
-    if detail["format"] != "delta":
-        raise IntakeError(f"table {name} is not a Delta table (format {detail['format']})")
+    snapshot, detail = _snapshot_detail(spark, name)
+    if detail is None:
+        detail = _described_detail(spark, name)
+        snapshot = latest_snapshot(spark, name)
     schema = spark.table(name).schema
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
     partition_columns = tuple(detail["partitionColumns"])
     properties = detail["properties"] or {}
     change_data_feed = str(properties.get("delta.enableChangeDataFeed", "")).strip().lower() == "true"
-    snapshot = latest_snapshot(spark, name)  # the version and its partitions' files, read from one snapshot
-    version = int(snapshot.version())
+    version = int(snapshot.version())  # the version and its partitions' files, read from one snapshot
     partitions: dict[str, PartitionStats] = {}
     keys = partition_column if isinstance(partition_column, PartitionKeys) and partition_column.parts else None
     if isinstance(partition_column, PartitionKeys) and keys is None:
@@ -282,11 +281,57 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
         kind = next((c.type for c in columns if c.name == column), None)
         if kind in ("date", "timestamp"):
             files = data_column_files(spark, snapshot, column, kind, bounds, where=where)
-    clustering = tuple(detail.asDict().get("clusteringColumns") or ())  # Delta 3.2+ describes liquid clustering
+    clustering = tuple(detail.get("clusteringColumns") or ())  # Delta 3.2+ describes liquid clustering
     return TableState(name, detail["location"], version, columns, partition_columns, partitions,
                       change_data_feed=change_data_feed, constraints=constraints_of(properties, columns),
                       column_mapping=column_mapping_mode(properties), clustering_columns=clustering,
                       files=files, generated=snapshot_generated_columns(snapshot))
+
+
+def _snapshot_detail(spark: SparkSession, name: str) -> tuple:
+    """``(snapshot, detail)``: the latest snapshot of ``name`` and what ``DESCRIBE DETAIL`` says of it that a plan
+    reads (``format``, ``partitionColumns``, ``properties``, ``location``, ``clusteringColumns``), from the
+    snapshot's protocol and metadata alone; ``(None, None)`` where only ``DESCRIBE DETAIL`` can say it.
+
+    ``DESCRIBE DETAIL`` also counts the table's files and bytes, for which Delta replays the whole log in a Spark
+    job (7 s of the demo's 12-20 s dry run on 2 cores, run again by each new session); the plan counts files itself,
+    per partition (:func:`partition_stats`). ``(None, None)`` under Spark Connect (no snapshot object), for a name
+    that is no Delta table or a view (``DESCRIBE DETAIL`` then says which), and for a table with liquid clustering
+    (its columns live in domain metadata, which Delta reads with the whole file list)."""
+    if is_connect(spark):
+        return None, None
+    try:
+        snapshot = latest_snapshot(spark, name)
+        if snapshot.version() < 0 or snapshot.protocol().writerFeatureNames().contains("clustering"):
+            return None, None
+        properties, _ = _snapshot_metadata(snapshot)
+        names, partition_columns = snapshot.metadata().partitionColumns().iterator(), []  # a Scala Seq
+        while names.hasNext():
+            partition_columns.append(str(names.next()))
+        location = str(snapshot.deltaLog().dataPath().toString())
+    except Exception:  # a view, no such table, Delta's internal API changed shape: DESCRIBE DETAIL says
+        return None, None
+    detail = {"format": "delta", "partitionColumns": partition_columns, "properties": properties,
+              "location": location, "clusteringColumns": ()}
+    return snapshot, detail
+
+
+def _described_detail(spark: SparkSession, name: str) -> dict:
+    """``DESCRIBE DETAIL`` of Delta table ``name`` as a dict.
+
+    Raises
+    ------
+    IntakeError
+        When ``name`` is a view or not a Delta table."""
+    try:
+        detail = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0].asDict()
+    except AnalysisException as exc:  # a view (EXPECT_TABLE_NOT_VIEW), or a table Delta cannot describe
+        kind = "a view" if _is_view(spark, name) else "not a Delta table"
+        first = next((line for line in str(exc).splitlines() if line.strip()), "").strip()
+        raise IntakeError(f"table {name} is {kind}; a backfill writes Delta tables only ({first})") from None
+    if detail["format"] != "delta":
+        raise IntakeError(f"table {name} is not a Delta table (format {detail['format']})")
+    return detail
 
 
 def _stat_value(text: str | None, kind: str) -> date | datetime | None:

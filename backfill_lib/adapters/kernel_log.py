@@ -1,0 +1,93 @@
+"""A Delta snapshot's ``add`` actions read with Delta Kernel in the driver, without a Spark job.
+
+Delta's Spark snapshot builds its file list with a Spark job (a log replay that reads, shuffles and caches the
+log): 3.6 s for the demo target's 730 files on 2 cores, the largest part of a dry run. Delta Kernel
+(``io.delta.kernel``, Delta's own library for reading the log, among delta-spark 4.4.0's jars) replays the same
+log in the driver in about 0.7 s (0.4 s for the snapshot, 0.3 s for the file list). :func:`kernel_add_files` is used for tables of at most :data:`MAX_FILES` files
+(their count known from the version's checksum file), where the driver's replay is the cheaper one; for any other
+table, and whenever Kernel is absent (a platform's own Delta without it) or refuses the table (a reader feature it
+does not support, a catalog-managed table), it returns ``None`` and the caller reads Delta's Spark snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+#: The largest file count read through Kernel, whose replay runs in one driver thread: 730 files took 0.3-0.4 s
+#: with the JSON round trip (2 cores); a larger log is left to Spark's replay job, which spreads over executors.
+MAX_FILES = 10000
+
+#: The scan files' schema: the ``add`` columns of Delta's ``snapshot.allFiles()`` that
+#: :mod:`backfill_lib.adapters.delta_log` reads, with their types there (Delta protocol, "Add File").
+SCAN_FILE_SCHEMA = ("add STRUCT<path: STRING, partitionValues: MAP<STRING, STRING>, size: BIGINT, stats: STRING, "
+                    "deletionVector: STRUCT<storageType: STRING, pathOrInlineDv: STRING, offset: INT, "
+                    "sizeInBytes: INT, cardinality: BIGINT, maxRowIndex: BIGINT>>")
+
+
+def kernel_add_files(spark: SparkSession, snapshot) -> DataFrame | None:
+    """The ``add`` actions of ``snapshot`` (a JVM ``org.apache.spark.sql.delta.Snapshot``) as a DataFrame of the
+    ``add`` fields of :data:`SCAN_FILE_SCHEMA`, read by Delta Kernel at the same version; ``path`` and ``partitionValues`` exactly as the
+    log holds them (a path relative to the table's root and URL-encoded, values keyed by physical name under
+    column mapping), ``stats`` the log's JSON text or NULL. The DataFrame holds the rows (a local relation):
+    queries on it read no file.
+
+    ``None`` (nothing read, nothing raised) when the snapshot's file count is unknown (no checksum file for its
+    version) or above :data:`MAX_FILES`, when Kernel's classes are missing or Kernel cannot read the table, or
+    when Kernel's file count differs from the checksum's.
+    """
+    try:
+        # the version's checksum file (read with the snapshot); Snapshot.numOfFilesIfKnown replays the whole log
+        checksum = snapshot.checksumOpt()
+        if checksum.isEmpty() or int(checksum.get().numFiles()) > MAX_FILES:
+            return None
+        expected = int(checksum.get().numFiles())
+        lines = _scan_file_lines(spark, snapshot)
+    except Exception as exc:  # Kernel missing or refusing the table: Delta's Spark snapshot reads it
+        log.debug("Delta Kernel did not read the log of version %s: %s", snapshot.version(),
+                  (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+        return None
+    if len(lines) != expected:
+        log.debug("Delta Kernel found %d files where the checksum says %d", len(lines), expected)
+        return None
+    # one string through py4j, split in the JVM: a call a line would double the driver's time
+    # (py4j finds no generic method such as Arrays.asList of an array; Pattern.splitAsStream is not generic)
+    jvm, jspark = spark.sparkContext._jvm, spark._jsparkSession
+    strings = jvm.org.apache.spark.sql.Encoders.STRING()
+    if lines:
+        dataset = jspark.createDataset(jvm.java.util.regex.Pattern.compile("\n").splitAsStream("\n".join(lines)).toList(),
+                                       strings)
+    else:
+        dataset = jspark.emptyDataset(strings)
+    return DataFrame(jspark.read().schema(SCAN_FILE_SCHEMA).json(dataset), spark).select("add.*")
+
+
+def _scan_file_lines(spark: SparkSession, snapshot) -> list[str]:
+    """The scan files of ``snapshot``'s version as Kernel returns them (``{"add": {...}}`` JSON, one a file).
+
+    Kernel's JSON handler writes each batch of scan files to a file in a local temporary folder, read back here
+    and removed: three times faster than a py4j call a file (0.3 s against 0.8-1.7 s for 730 files, 2 cores)."""
+    jvm = spark.sparkContext._jvm
+    kernel = jvm.io.delta.kernel
+    delta_log = snapshot.deltaLog()
+    engine = kernel.defaults.engine.DefaultEngine.create(delta_log.newDeltaHadoopConf())
+    version = kernel.Table.forPath(engine, delta_log.dataPath().toString()).getSnapshotAsOfVersion(
+        engine, snapshot.version())
+    # getScanFiles(engine, includeStats=True): without it Kernel leaves `stats` out of the scan files
+    batches = version.getScanBuilder().build().getScanFiles(engine, True)
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="backfill-kernel-") as folder:
+        try:
+            while batches.hasNext():
+                path = Path(folder, f"{len(lines)}.json")
+                # file:// : a bare path would name the cluster's default file system (HDFS on EMR)
+                engine.getJsonHandler().writeJsonFileAtomically(path.as_uri(), batches.next().getRows(), True)
+                lines += path.read_text(encoding="utf-8").splitlines()
+        finally:
+            batches.close()
+    return lines
