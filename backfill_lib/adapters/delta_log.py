@@ -290,7 +290,7 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
 
 def _snapshot_detail(spark: SparkSession, name: str) -> tuple:
     """``(snapshot, detail)``: the latest snapshot of ``name`` and what ``DESCRIBE DETAIL`` says of it that a plan
-    reads (``format``, ``partitionColumns``, ``properties``, ``location``, ``clusteringColumns``), from the
+    reads (``partitionColumns``, ``properties``, ``location``, ``clusteringColumns``), from the
     snapshot's protocol and metadata alone; ``(None, None)`` where only ``DESCRIBE DETAIL`` can say it.
 
     ``DESCRIBE DETAIL`` also counts the table's files and bytes, for which Delta replays the whole log in a Spark
@@ -305,14 +305,12 @@ def _snapshot_detail(spark: SparkSession, name: str) -> tuple:
         if snapshot.version() < 0 or snapshot.protocol().writerFeatureNames().contains("clustering"):
             return None, None
         properties, _ = _snapshot_metadata(snapshot)
-        names, partition_columns = snapshot.metadata().partitionColumns().iterator(), []  # a Scala Seq
-        while names.hasNext():
-            partition_columns.append(str(names.next()))
+        partition_columns = _partition_columns(snapshot)
         location = str(snapshot.deltaLog().dataPath().toString())
     except Exception:  # a view, no such table, Delta's internal API changed shape: DESCRIBE DETAIL says
         return None, None
-    detail = {"format": "delta", "partitionColumns": partition_columns, "properties": properties,
-              "location": location, "clusteringColumns": ()}
+    detail = {"partitionColumns": partition_columns, "properties": properties, "location": location,
+              "clusteringColumns": ()}
     return snapshot, detail
 
 
@@ -421,10 +419,16 @@ def _typed_partition_values(snapshot, values) -> list:
         return [values.getItem(c).cast(types[c]).alias(c) for c in snapshot.partition_columns]
     schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
     types = {f.name: f.dataType for f in schema.fields}
+    return [values.getItem(partition_value_key(snapshot, c)).cast(types[c]).alias(c)
+            for c in _partition_columns(snapshot)]
+
+
+def _partition_columns(snapshot) -> list[str]:
+    """The partition columns of a JVM snapshot's metadata, by name, in the table's order."""
     columns, names = [], snapshot.metadata().partitionColumns().iterator()  # a Scala Seq
     while names.hasNext():
         columns.append(str(names.next()))
-    return [values.getItem(partition_value_key(snapshot, c)).cast(types[c]).alias(c) for c in columns]
+    return columns
 
 
 def _is_view(spark: SparkSession, name: str) -> bool:

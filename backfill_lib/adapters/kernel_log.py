@@ -3,8 +3,9 @@
 Delta's Spark snapshot builds its file list with a Spark job (a log replay that reads, shuffles and caches the
 log): 3.6 s for the demo target's 730 files on 2 cores, the largest part of a dry run. Delta Kernel
 (``io.delta.kernel``, Delta's own library for reading the log, among delta-spark 4.4.0's jars) replays the same
-log in the driver in about 0.7 s (0.4 s for the snapshot, 0.3 s for the file list). :func:`kernel_add_files` is used for tables of at most :data:`MAX_FILES` files
-(their count known from the version's checksum file), where the driver's replay is the cheaper one; for any other
+log in the driver in about 0.7 s (0.4 s for the snapshot, 0.3 s for the file list). :func:`kernel_add_files` is
+used for tables of at most :data:`MAX_FILES` files (their count known from the version's checksum file), where
+the driver's replay is the cheaper one; for any other
 table, and whenever Kernel is absent (a platform's own Delta without it) or refuses the table (a reader feature it
 does not support, a catalog-managed table), it returns ``None`` and the caller reads Delta's Spark snapshot.
 """
@@ -32,8 +33,8 @@ SCAN_FILE_SCHEMA = ("add STRUCT<path: STRING, partitionValues: MAP<STRING, STRIN
 
 def kernel_add_files(spark: SparkSession, snapshot) -> DataFrame | None:
     """The ``add`` actions of ``snapshot`` (a JVM ``org.apache.spark.sql.delta.Snapshot``) as a DataFrame of the
-    ``add`` fields of :data:`SCAN_FILE_SCHEMA`, read by Delta Kernel at the same version; ``path`` and ``partitionValues`` exactly as the
-    log holds them (a path relative to the table's root and URL-encoded, values keyed by physical name under
+    ``add`` fields of :data:`SCAN_FILE_SCHEMA`, read by Delta Kernel at the same version; ``path`` and
+    ``partitionValues`` exactly as the log holds them (a path relative to the table's root and URL-encoded, values keyed by physical name under
     column mapping), ``stats`` the log's JSON text or NULL. The DataFrame holds the rows (a local relation):
     queries on it read no file.
 
@@ -60,8 +61,8 @@ def kernel_add_files(spark: SparkSession, snapshot) -> DataFrame | None:
     jvm, jspark = spark.sparkContext._jvm, spark._jsparkSession
     strings = jvm.org.apache.spark.sql.Encoders.STRING()
     if lines:
-        dataset = jspark.createDataset(jvm.java.util.regex.Pattern.compile("\n").splitAsStream("\n".join(lines)).toList(),
-                                       strings)
+        split = jvm.java.util.regex.Pattern.compile("\n").splitAsStream("\n".join(lines)).toList()
+        dataset = jspark.createDataset(split, strings)
     else:
         dataset = jspark.emptyDataset(strings)
     return DataFrame(jspark.read().schema(SCAN_FILE_SCHEMA).json(dataset), spark).select("add.*")
