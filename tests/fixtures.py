@@ -43,12 +43,11 @@ def make_events(spark: SparkSession, db: str, source_rows: list[tuple]) -> None:
 
 
 def events_request(tmp_path: Path, db: str, start: date = D9, end: date = D9, sql: str | None = None,
-                   reconcile: bool = False, **extra) -> Path:
-    """A recompute request for ``db.events`` from ``db.events_src`` (v multiplied by 10)."""
+                   reconcile: bool = False, source_db: str | None = None, **extra) -> Path:
+    """A recompute request for ``db.events`` from ``source_db.events_src`` (default ``db``; v multiplied by 10)."""
     sql_file = tmp_path / "events.sql"
-    sql_file.write_text(
-        sql or f"SELECT id, dt, v * 10 AS v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
-    )
+    source = f"{source_db or db}.events_src"
+    sql_file.write_text(sql or f"SELECT id, dt, v * 10 AS v FROM {source} WHERE dt >= :range_start AND dt < :range_end")
     suite = tmp_path / "events_suite.json"
     suite.write_text(json.dumps(SUITE))
     fields = {

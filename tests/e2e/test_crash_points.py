@@ -59,8 +59,7 @@ def crashed(tmp_path_factory):
     requests = {}
     for point in POINTS:
         folder = tmp_path_factory.mktemp(point)
-        sql = f"SELECT id, dt, v * 10 AS v FROM {SOURCE}.events_src WHERE dt >= :range_start AND dt < :range_end"
-        requests[point] = events_request(folder, f"crash_{point}", start=D8, end=D10, sql=sql, batch_size=1)
+        requests[point] = events_request(folder, f"crash_{point}", start=D8, end=D10, source_db=SOURCE, batch_size=1)
     schemas = [f"{SOURCE}+source"] + [f"crash_{p}+target" for p in POINTS]
     codes = {}
     for point, spec in POINTS.items():

@@ -75,8 +75,8 @@ def story(tmp_path_factory):
     home = tmp_path_factory.mktemp("crash_safety_home")
     roll = with_mart(tmp_path_factory.mktemp("roll_request"), ROLL)  # 2024-03-09 and the mart's March
     # the SIGTERM's target reads the rollback story's source (only ever read): one table less to write on a cold JVM
-    sql = f"SELECT id, dt, v * 10 AS v FROM {ROLL}.events_src WHERE dt >= :range_start AND dt < :range_end"
-    term = events_request(tmp_path_factory.mktemp("term_request"), TERM, start=D8, end=D10, sql=sql, batch_size=1)
+    term = events_request(tmp_path_factory.mktemp("term_request"), TERM, start=D8, end=D10, source_db=ROLL,
+                          batch_size=1)
     steps = {}
     steps["run"] = _run_job(home, "p1", [["run", str(roll)]], "after_run_id", signal.SIGKILL)
     found = re.search(r"run ID: (\S+)", steps["run"][1])
