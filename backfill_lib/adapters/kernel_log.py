@@ -88,7 +88,9 @@ def _scan_file_lines(spark: SparkSession, snapshot) -> list[str]:
                 path = Path(folder, f"{len(lines)}.json")
                 # file:// : a bare path would name the cluster's default file system (HDFS on EMR)
                 engine.getJsonHandler().writeJsonFileAtomically(path.as_uri(), batches.next().getRows(), True)
-                lines += path.read_text(encoding="utf-8").splitlines()
+                # split at "\n" alone: str.splitlines also splits at U+0085 and U+2028, which JSON leaves
+                # unescaped in a partition value or a stats string (Kernel's file count then never matched)
+                lines += [line for line in path.read_bytes().decode("utf-8").split("\n") if line]
         finally:
             batches.close()
     return lines

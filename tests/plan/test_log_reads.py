@@ -17,6 +17,7 @@ from backfill_lib.adapters.delta_log import (
     partition_stats,
     read_table_state,
 )
+from backfill_lib.adapters import kernel_log
 from backfill_lib.adapters.kernel_log import kernel_add_files
 
 SCHEMA = "id INT, `event day` DATE, region STRING, v INT"
@@ -95,3 +96,71 @@ def test_a_clustered_table_is_described_by_describe_detail(spark, db):
     spark.sql(f"CREATE TABLE {name} (id INT, d DATE) USING delta CLUSTER BY (d)")
     assert _snapshot_detail(spark, name) == (None, None)
     assert read_table_state(spark, name, with_partitions=False).clustering_columns == ("d",)
+
+
+def _kernel_equals_spark(spark, snapshot) -> DataFrame:
+    """Kernel's file list of ``snapshot``, asserted equal to Delta's Spark snapshot's."""
+    kernel = kernel_add_files(spark, snapshot)
+    assert kernel is not None
+    spark_files = DataFrame(snapshot.allFiles().toDF(), spark)
+    assert_df_equality(_comparable(kernel), _comparable(spark_files), ignore_row_order=True, ignore_nullable=True)
+    return kernel
+
+
+def _spark_stats(monkeypatch, spark, name, column, snapshot, where=None) -> dict:
+    """:func:`partition_stats` through Delta's Spark snapshot (Kernel's file-count limit below any table)."""
+    with monkeypatch.context() as m:
+        m.setattr(kernel_log, "MAX_FILES", -1)
+        assert kernel_add_files(spark, snapshot) is None
+        return partition_stats(spark, name, column, snapshot, where=where)
+
+
+def test_kernel_replays_a_checkpoint_and_the_removes_after_it(spark, db, monkeypatch):
+    name = f"{db}.checkpointed"
+    schema = "id INT, region STRING, v INT"
+    spark.sql(f"CREATE TABLE {name} ({schema}) USING delta PARTITIONED BY (region) "
+              "TBLPROPERTIES ('delta.checkpointInterval' = '2')")  # a checkpoint at version 2
+    spark.createDataFrame([(0, "a", 0), (1, "b", 10), (2, "c", 20)], schema).writeTo(name).append()  # 3 files
+    spark.sql(f"DELETE FROM {name} WHERE id = 0")  # version 2: a's file removed, a tombstone in the checkpoint
+    spark.createDataFrame([(9, "b", 90), (8, "b", 80)], schema).coalesce(1).write.format("delta") \
+        .mode("overwrite").option("replaceWhere", "region = 'b'").saveAsTable(name)  # version 3: b's file replaced
+    location = spark.sql(f"DESCRIBE DETAIL {name}").first()["location"]
+    assert Path(location.removeprefix("file:"), "_delta_log", "00000000000000000002.checkpoint.parquet").exists()
+    spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # replay from the checkpoint
+    snapshot = latest_snapshot(spark, name)
+    assert snapshot.version() == 3
+    assert _kernel_equals_spark(spark, snapshot).count() == 2
+    stats = partition_stats(spark, name, "region", snapshot)
+    assert {k: (s.files, s.rows) for k, s in stats.items()} == {"b": (1, 2), "c": (1, 1)}
+    assert stats == _spark_stats(monkeypatch, spark, name, "region", snapshot)
+
+
+def test_kernel_reads_null_partition_values(spark, db, monkeypatch):
+    name = f"{db}.nulls"
+    schema = "id INT, d DATE, region STRING"
+    rows = [(1, None, "a"), (2, date(2024, 3, 9), None), (3, None, None), (4, date(2024, 3, 9), "a")]
+    spark.createDataFrame(rows, schema).write.format("delta").partitionBy("d", "region").saveAsTable(name)
+    snapshot = latest_snapshot(spark, name)
+    kernel = _kernel_equals_spark(spark, snapshot)
+    assert kernel.where(F.col("partitionValues")["d"].isNull()).count() == 2
+    by_day = partition_stats(spark, name, "d", snapshot)
+    assert {k: s.rows for k, s in by_day.items()} == {None: 2, "2024-03-09": 2}
+    assert by_day == _spark_stats(monkeypatch, spark, name, "d", snapshot)
+    where = "d IS NULL OR region IS NULL"
+    by_region = partition_stats(spark, name, "region", snapshot, where=where)
+    assert {k: s.rows for k, s in by_region.items()} == {None: 2, "a": 1}
+    assert by_region == _spark_stats(monkeypatch, spark, name, "region", snapshot, where=where)
+    state = read_table_state(spark, name, partition_column="region")
+    assert {k: s.files for k, s in state.partitions.items()} == {None: 2, "a": 2}
+
+
+def test_kernel_reads_values_holding_unicode_line_separators(spark, db):
+    # JSON leaves U+2028 and U+0085 unescaped; Python's str.splitlines splits lines at them
+    name = f"{db}.separators"
+    schema = "id INT, region STRING, s STRING"
+    rows = [(1, "a\u2028b", "s\u0085t"), (2, "plain", "u")]
+    spark.createDataFrame(rows, schema).coalesce(1).write.format("delta").partitionBy("region").saveAsTable(name)
+    snapshot = latest_snapshot(spark, name)
+    kernel = _kernel_equals_spark(spark, snapshot)
+    assert sorted(r["v"] for r in kernel.select(F.col("partitionValues")["region"].alias("v")).collect()) == \
+        ["a\u2028b", "plain"]
