@@ -88,6 +88,8 @@ def test_a_ledger_insert_is_one_spark_job_in_a_non_utc_session(spark, db):
     assert spark.conf.get(ALL_FILES_IN_CRC) == "false"
     ledger = Ledger(spark, db)
     ledger.ensure()
+    # the table's first commit in a process also loads its file list, which auto compaction checks after it
+    ledger._insert("runs", [{"run_id": "r", "seq": 0, "status": "planned"}])
     tracker, jobs = spark.sparkContext.statusTracker(), []
     for i in range(3):
         group = f"{db}-insert-{i}"
@@ -116,3 +118,44 @@ def test_ledger_values_are_stored_exactly(spark, db):
     with pytest.raises(Exception, match="(?i)malformed"):
         ledger.flush()  # a value of the wrong type fails the write instead of being stored as NULL
     assert spark.table(f"{db}.partitions").where("run_id = 'r6'").count() == 0
+
+
+def _properties(spark, table: str) -> dict[str, str]:
+    return {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+
+
+def test_ledger_tables_compact_their_small_files(spark, db):
+    # Every commit of events adds one small file; Delta's auto compaction (a table property) keeps their number
+    # bounded. The threshold is lowered from 50 to 3 for this test only.
+    ledger = Ledger(spark, db)
+    ledger.ensure()
+    assert {t: _properties(spark, f"{db}.{t}").get("delta.autoOptimize.autoCompact")
+            for t in ("runs", "partitions", "checks", "diffs")} == dict.fromkeys(
+        ("runs", "partitions", "checks", "diffs"), "true")
+    spark.conf.set("spark.databricks.delta.autoCompact.minNumFiles", "3")
+    try:
+        for i in range(3):
+            ledger.record_run({"run_id": f"r{i}"}, "planned")
+            ledger.flush()
+    finally:
+        spark.conf.unset("spark.databricks.delta.autoCompact.minNumFiles")
+    detail = spark.sql(f"DESCRIBE DETAIL {db}.runs").first()
+    history = [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {db}.runs").orderBy("version").collect()]
+    assert (detail["numFiles"], history[-1]) == (1, "OPTIMIZE")
+    assert sorted(r["run_id"] for r in spark.table(f"{db}.runs").collect()) == ["r0", "r1", "r2"]
+
+
+def test_an_older_ledger_gets_the_compaction_property_unless_its_owner_set_one(spark, db):
+    # Ledgers made by earlier versions have no such property (and here no rollback_plan column either); a value the
+    # owner set, even "false", is left alone.
+    from backfill_lib.run.ledger.schema import SCHEMAS
+
+    for name, schema in SCHEMAS.items():
+        fields = [f for f in schema.fields if f.name != "rollback_plan"]
+        spark.createDataFrame([], type(schema)(fields)).write.format("delta").saveAsTable(f"{db}.{name}")
+    spark.sql(f"ALTER TABLE {db}.checks SET TBLPROPERTIES ('delta.autoOptimize.autoCompact' = 'false')")
+    Ledger(spark, db).ensure()
+    assert {t: _properties(spark, f"{db}.{t}").get("delta.autoOptimize.autoCompact")
+            for t in ("runs", "partitions", "checks", "diffs")} == {
+        "runs": "true", "partitions": "true", "checks": "false", "diffs": "true"}
+    assert "rollback_plan" in spark.table(f"{db}.runs").columns

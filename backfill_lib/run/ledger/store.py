@@ -19,6 +19,13 @@ from backfill_lib.run.ledger.schema import SCHEMAS
 from backfill_lib.run.ledger.writer import EventWriter
 
 
+#: Table properties of every ledger table. Each commit of events adds one small file, and every run reads the
+#: ``runs`` table (its lease check, twice) in time that grew with their number: 1.7 s at 20 files, 3.7 s at 500,
+#: 7 to 8 s at 2,000 (warm local session, 2 cores). Delta's auto compaction rewrites them into one after the commit
+#: that leaves 50 small files (``spark.databricks.delta.autoCompact.minNumFiles``), in the writer's own thread.
+LEDGER_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
+
+
 class Ledger(EventWriter):
     """Reads and appends ledger records in ``schema`` (``spark_catalog`` unless the name says otherwise)."""
 
@@ -30,24 +37,30 @@ class Ledger(EventWriter):
         self.listeners: list = []
 
     def ensure(self) -> None:
-        """Create the ledger schema and tables when missing; add columns a newer version defines (nullable, so
-        older events read as NULL there). Done once per :class:`Ledger`: a run, its resume and its marts' child
-        runs all call it."""
+        """Create the ledger schema and tables when missing, with :data:`LEDGER_PROPERTIES`; on existing tables,
+        add columns a newer version defines (nullable, so older events read as NULL there) and set a property of
+        :data:`LEDGER_PROPERTIES` the table does not have at all (a value its owner set stays). Done once per
+        :class:`Ledger`: a run, its resume and its marts' child runs all call it."""
         if self._ensured:
             return
         self._ensured = True
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
         for name, schema in SCHEMAS.items():
-            if not self.spark.catalog.tableExists(self.table(name)):
-                self.spark.createDataFrame([], schema).write.format("delta").mode("ignore").saveAsTable(
-                    self.table(name)
-                )
+            table = self.table(name)
+            if not self.spark.catalog.tableExists(table):
+                self.spark.createDataFrame([], schema).write.format("delta").mode("ignore").options(
+                    **LEDGER_PROPERTIES).saveAsTable(table)
                 continue
-            have = set(self.spark.table(self.table(name)).columns)
+            have = set(self.spark.table(table).columns)
             missing = [f for f in schema.fields if f.name not in have]
             if missing:
                 added = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
-                self.spark.sql(f"ALTER TABLE {self.table(name)} ADD COLUMNS ({added})")
+                self.spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({added})")
+            properties = {r["key"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+            unset = {k: v for k, v in LEDGER_PROPERTIES.items() if k not in properties}
+            if unset:
+                pairs = ", ".join(f"'{k}' = '{v}'" for k, v in unset.items())
+                self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({pairs})")
 
     def record_run(self, run: dict, status: str, **changes) -> dict:
         """Append a run event: the previous run record with ``changes`` and the new ``status``; return it.
