@@ -42,17 +42,26 @@ def history(spark, table):
             for r in rows]
 
 
+ROWS = [(1, D8, 1), (2, D8, 2), (3, D9, 3), (4, D9, 4), (5, D9, 5), (6, D10, 6)]
+
+
+def make_compacting(spark, db) -> list[tuple]:
+    """``db.events`` by ``dt`` (ROWS, one file per day; version 2 turns auto compaction on) and ``db.events_src``
+    (2024-03-09 recomputed, with a new id 7); returns ROWS."""
+    spark.sql(f"CREATE TABLE {db}.events (id INT, dt DATE, v INT) USING delta PARTITIONED BY (dt)")
+    spark.createDataFrame(ROWS, EVENTS_SCHEMA).write.format("delta").mode("append").saveAsTable(f"{db}.events")
+    spark.sql(f"ALTER TABLE {db}.events SET TBLPROPERTIES ('delta.autoOptimize.autoCompact' = 'true')")
+    spark.createDataFrame([(3, D9, 30), (4, D9, 40), (5, D9, 50), (7, D9, 70)], EVENTS_SCHEMA) \
+        .write.format("delta").saveAsTable(f"{db}.events_src")
+    return ROWS
+
+
 def test_rollback_through_the_cli_is_not_blocked_by_the_auto_compaction_after_the_publish(spark, settings, db,
                                                                                          tmp_path, make_runner):
     from backfill_lib.cli import main
     from backfill_lib.runner import prepare
 
-    spark.sql(f"CREATE TABLE {db}.events (id INT, dt DATE, v INT) USING delta PARTITIONED BY (dt)")
-    rows = [(1, D8, 1), (2, D8, 2), (3, D9, 3), (4, D9, 4), (5, D9, 5), (6, D10, 6)]
-    spark.createDataFrame(rows, EVENTS_SCHEMA).write.format("delta").mode("append").saveAsTable(f"{db}.events")
-    spark.sql(f"ALTER TABLE {db}.events SET TBLPROPERTIES ('delta.autoOptimize.autoCompact' = 'true')")  # version 2
-    spark.createDataFrame([(3, D9, 30), (4, D9, 40), (5, D9, 50), (7, D9, 70)], EVENTS_SCHEMA) \
-        .write.format("delta").saveAsTable(f"{db}.events_src")
+    rows = make_compacting(spark, db)
     # 4 files of one row in 2024-03-09 after the publish, and compaction from 3 small files (Delta's default: 50)
     spark.conf.set(MIN_FILES, "3")
     spark.conf.set(MAX_RECORDS, "1")
@@ -80,12 +89,7 @@ def test_a_patch_publish_followed_by_auto_compaction_records_the_merge_as_its_ve
                                                                                     make_runner):
     from backfill_lib.runner import prepare
 
-    spark.sql(f"CREATE TABLE {db}.events (id INT, dt DATE, v INT) USING delta PARTITIONED BY (dt)")
-    rows = [(1, D8, 1), (2, D8, 2), (3, D9, 3), (4, D9, 4), (5, D9, 5), (6, D10, 6)]
-    spark.createDataFrame(rows, EVENTS_SCHEMA).write.format("delta").mode("append").saveAsTable(f"{db}.events")
-    spark.sql(f"ALTER TABLE {db}.events SET TBLPROPERTIES ('delta.autoOptimize.autoCompact' = 'true')")  # version 2
-    spark.createDataFrame([(3, D9, 30), (4, D9, 40), (5, D9, 50), (7, D9, 70)], EVENTS_SCHEMA) \
-        .write.format("delta").saveAsTable(f"{db}.events_src")
+    make_compacting(spark, db)
     spark.conf.set(MIN_FILES, "3")
     spark.conf.set(MAX_RECORDS, "1")
     try:
