@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from backfill_lib.adapters.connect_log import ConnectSnapshot
 from backfill_lib.adapters.delta_log import (
     add_files,
+    commit_actions,
     current_version,
     data_column_files,
     latest_snapshot,
@@ -218,6 +219,20 @@ def _parsed(meta: str | None) -> dict:
     return parsed if isinstance(parsed, dict) else {}
 
 
+def data_neutral(actions: list[dict] | None) -> bool:
+    """Whether a commit's ``actions`` (:func:`~backfill_lib.adapters.delta_log.commit_actions`) are Delta's own
+    rewrite of files that changed no rows: ``commitInfo`` operation ``OPTIMIZE`` (auto compaction's, or a
+    manual one) without ``userMetadata``, and only ``add`` / ``remove`` actions each with ``dataChange`` false.
+    ``False`` when the actions are unknown (``None``: the commit's log file is gone)."""
+    if not actions:
+        return False
+    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), None)
+    if info is None or info.get("operation") != "OPTIMIZE" or info.get("userMetadata"):
+        return False
+    files = [a for a in actions if "commitInfo" not in a]
+    return all(set(a) <= {"add", "remove"} and next(iter(a.values())).get("dataChange") is False for a in files)
+
+
 def restore_state(spark: SparkSession, table: str, run_id: str, published: int,
                   restore_to: int) -> tuple[str, int | None, list[int]]:
     """Where a rollback of run ``run_id`` stands on ``table``, which the run published as version ``published``
@@ -225,7 +240,8 @@ def restore_state(spark: SparkSession, table: str, run_id: str, published: int,
     commit (``userMetadata`` run_id ``run_id``, action ``rollback`` or ``restore``) is version ``V``;
     ``("unchanged", None, [])`` when later commits already brought the table back to the data files (with their
     deletion vectors) and schema of ``restore_to``; else ``("todo", None, later)`` with the versions committed
-    after ``published`` (oldest first), which a RESTORE would undo too."""
+    after ``published`` (oldest first) that a RESTORE would undo and that changed data: a :func:`data_neutral`
+    commit (Delta's auto compaction right after the run's) is left out, as restoring undoes no rows of it."""
     commits = user_metadata_since(spark, table, published + 1)
     for version, meta in commits:  # newest first
         parsed = _parsed(meta)
@@ -235,6 +251,9 @@ def restore_state(spark: SparkSession, table: str, run_id: str, published: int,
     # With nothing after the run's own commit the table holds what the run published: not the old content.
     if later and holds_version(spark, table, restore_to):
         return "unchanged", None, []
+    if later:
+        snapshot = latest_snapshot(spark, table)
+        later = [v for v in later if not data_neutral(commit_actions(spark, snapshot, v))]
     return "todo", None, later
 
 
