@@ -58,6 +58,9 @@ def user_metadata(spark: SparkSession, value: str):
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+#: Delta's auto compaction for every write of the session; "false" overrides a table's
+#: ``delta.autoOptimize.autoCompact``
+AUTO_COMPACT_CONF = "spark.databricks.delta.autoCompact.enabled"
 #: The ``txnVersion`` of a run's publishing commit: Delta skips a write whose app ID already committed it.
 PUBLISH_TXN_VERSION = 1
 
@@ -71,9 +74,14 @@ def txn_app_id(plan: BackfillPlan) -> str:
 def idempotent_commit(spark: SparkSession, plan: BackfillPlan):
     """For SQL and MERGE commits: set ``userMetadata`` and Delta's idempotent-write ``txnAppId`` /
     ``txnVersion`` session confs (delta-io/delta#1555), so the same run's publish can commit at most once.
-    DataFrame writes pass the same values as writer options instead (:func:`publish_options`)."""
+    DataFrame writes pass the same values as writer options instead (:func:`publish_options`).
+
+    Delta's auto compaction is off meanwhile (:data:`AUTO_COMPACT_CONF`): on a target with
+    ``delta.autoOptimize.autoCompact`` its OPTIMIZE, committed right after the publish, took the session's
+    ``userMetadata`` too, so the run's own commit was found to be the OPTIMIZE and a rollback restored the
+    publish's result. The target's next write compacts instead."""
     confs = {USER_METADATA_CONF: commit_metadata(plan, "publish"), TXN_APP_ID_CONF: txn_app_id(plan),
-             TXN_VERSION_CONF: str(PUBLISH_TXN_VERSION)}
+             TXN_VERSION_CONF: str(PUBLISH_TXN_VERSION), AUTO_COMPACT_CONF: "false"}
     previous = {k: spark.conf.get(k, None) for k in confs}
     for k, v in confs.items():
         spark.conf.set(k, v)

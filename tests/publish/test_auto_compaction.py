@@ -1,12 +1,11 @@
 """Targets with Delta auto compaction (``delta.autoOptimize.autoCompact``): the OPTIMIZE Delta commits right after
 the run's publish changes no rows, so it does not block ``backfill rollback``; a commit that changed data still
-does (``test_release.py``)."""
+does (``test_release.py``). A publish by SQL or MERGE (patch, rebuild, changes_only) runs with auto compaction off, so
+no OPTIMIZE takes its session's commit metadata."""
 
 from __future__ import annotations
 
 import json
-
-import pytest
 
 from chispa import assert_df_equality
 
@@ -82,11 +81,8 @@ def test_rollback_through_the_cli_is_not_blocked_by_the_auto_compaction_after_th
                        ignore_row_order=True, ignore_nullable=True)
 
 
-@pytest.mark.xfail(strict=True, reason="known, not fixed: the OPTIMIZE after a MERGE publish (patch; also rebuild and "
-                   "changes_only, which commit inside idempotent_commit) carries the run's userMetadata from the session "
-                   "conf, and find_version takes it as the run's publish commit")
-def test_a_patch_publish_followed_by_auto_compaction_records_the_merge_as_its_version(spark, settings, db, tmp_path,
-                                                                                    make_runner):
+def test_a_patch_publish_to_a_compacting_target_records_its_merge_and_no_optimize_follows(spark, settings, db, tmp_path,
+                                                                                          make_runner):
     from backfill_lib.runner import prepare
 
     make_compacting(spark, db)
@@ -99,5 +95,7 @@ def test_a_patch_publish_followed_by_auto_compaction_records_the_merge_as_its_ve
     finally:
         spark.conf.unset(MIN_FILES)
         spark.conf.unset(MAX_RECORDS)
-    assert history(spark, f"{db}.events")[3:] == [("MERGE", "publish"), ("OPTIMIZE", "publish")]  # as found
-    assert result.published_version == 3  # the MERGE; found: 4, the OPTIMIZE, so a rollback restores to the MERGE
+    # Before the fix the OPTIMIZE (version 4) came next, carrying the run's userMetadata from the session conf, and
+    # was recorded as the run's version: a rollback restored to the MERGE's own result.
+    assert history(spark, f"{db}.events")[3:] == [("MERGE", "publish")]
+    assert result.published_version == 3
