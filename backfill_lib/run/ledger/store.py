@@ -13,6 +13,7 @@ import json
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from backfill_lib.adapters.delta_log import live_metadata
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import RunNotFoundError
 from backfill_lib.run.ledger.schema import SCHEMAS
@@ -51,12 +52,12 @@ class Ledger(EventWriter):
                 self.spark.createDataFrame([], schema).write.format("delta").mode("ignore").options(
                     **LEDGER_PROPERTIES).saveAsTable(table)
                 continue
-            have = set(self.spark.table(table).columns)
+            properties, columns = live_metadata(self.spark, table)  # one snapshot: its properties and columns
+            have = {c.name for c in columns}
             missing = [f for f in schema.fields if f.name not in have]
             if missing:
                 added = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
                 self.spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({added})")
-            properties = {r["key"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
             unset = {k: v for k, v in LEDGER_PROPERTIES.items() if k not in properties}
             if unset:
                 pairs = ", ".join(f"'{k}' = '{v}'" for k, v in unset.items())
