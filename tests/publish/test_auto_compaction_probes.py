@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timezone
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql.types import IntegerType, StructField, StructType, TimestampType
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import GateFailedError
@@ -87,4 +89,57 @@ def test_a_patch_repeating_a_source_key_on_a_compacting_target_fails_the_gate_an
     assert current_version(spark, f"{db}.events") == 2
     assert history(spark, f"{db}.events")[2:] == [("SET TBLPROPERTIES", None)]
     assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(rows, EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
+HITS = StructType([StructField("id", IntegerType(), False), StructField("h", TimestampType(), True),
+                   StructField("v", IntegerType(), True)])
+
+
+def utc(day: int, hour: int) -> datetime:
+    return datetime(2024, 3, day, hour, tzinfo=timezone.utc)
+
+
+# New York (the settings' zone) springs forward at 07:00Z on 2024-03-10; the request's day is UTC's.
+HITS_ROWS = [(1, utc(10, 6), 1), (2, utc(10, 7), 2), (3, utc(10, 7), 3), (4, utc(10, 7), 4), (5, utc(10, 8), 5),
+             (6, utc(11, 0), 6)]
+
+
+def test_an_hourly_recompute_in_utc_on_a_compacting_target_over_the_dst_night_rolls_back_exactly(
+        spark, settings, db, tmp_path, make_runner):
+    from backfill_lib.cli import main
+    from backfill_lib.runner import prepare
+
+    spark.sql(f"CREATE TABLE {db}.hits (id INT, h TIMESTAMP, v INT) USING delta PARTITIONED BY (h)")
+    spark.createDataFrame(HITS_ROWS, HITS).write.format("delta").mode("append").saveAsTable(f"{db}.hits")
+    spark.sql(f"ALTER TABLE {db}.hits SET TBLPROPERTIES ('delta.autoOptimize.autoCompact' = 'true')")
+    spark.createDataFrame(HITS_ROWS[:5] + [(7, utc(10, 7), 7)], HITS).write.format("delta") \
+        .saveAsTable(f"{db}.hits_src")
+    sql = tmp_path / "hits.sql"
+    sql.write_text(f"SELECT id, h, v * 10 AS v FROM {db}.hits_src WHERE h >= :range_start AND h < :range_end")
+    suite = tmp_path / "hits.json"
+    suite.write_text('{"name": "hits", "expectations": [{"type": "expect_column_values_to_be_unique", '
+                     '"kwargs": {"column": "id"}}]}')
+    path = write_request(tmp_path / "hits.yml", owner="ana@example.com", reason="TEST-17 hourly probe",
+                         target={"table": f"{db}.hits", "partition_column": "h", "grain": "hour"},
+                         range={"start": "2024-03-10", "end": "2024-03-10"}, time_zone="UTC",
+                         strategy="recompute", source={"sql": str(sql)}, keys=["id"], expectations=str(suite))
+    spark.conf.set(MIN_FILES, "3")
+    spark.conf.set(MAX_RECORDS, "1")  # 4 one-row files in 07:00Z after the publish: compacted
+    try:
+        plan, state = prepare(spark, settings, path)
+        assert len(plan.partitions) == 24 and plan.partitions[7].key == "2024-03-10T07:00:00+00:00"
+        result = make_runner().run(plan, state)
+        assert (result.status, result.published_version) == ("published", 3)
+        assert history(spark, f"{db}.hits")[3:] == [("WRITE", "publish"), ("OPTIMIZE", None)]
+        assert_df_equality(spark.table(f"{db}.hits"), spark.createDataFrame(
+            [(i, h, v * 10) for i, h, v in HITS_ROWS[:5]] + [(7, utc(10, 7), 70), HITS_ROWS[5]], HITS),
+            ignore_row_order=True, ignore_nullable=True)
+
+        assert main(["rollback", plan.run_id, "--by", "ana", "--reason", "TEST-17 probe"]) == 0
+    finally:
+        spark.conf.unset(MIN_FILES)
+        spark.conf.unset(MAX_RECORDS)
+    assert history(spark, f"{db}.hits")[3:] == [("WRITE", "publish"), ("OPTIMIZE", None), ("RESTORE", "rollback")]
+    assert_df_equality(spark.table(f"{db}.hits"), spark.createDataFrame(HITS_ROWS, HITS),
                        ignore_row_order=True, ignore_nullable=True)
