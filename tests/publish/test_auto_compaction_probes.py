@@ -5,6 +5,7 @@ repeats a key (the gate fails before anything is committed, so no OPTIMIZE eithe
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 import re
 from datetime import datetime, timezone
 
@@ -17,6 +18,18 @@ from backfill_lib.core.errors import GateFailedError
 from tests.conftest import write_request
 from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, events_request
 from tests.publish.test_auto_compaction import MAX_RECORDS, MIN_FILES, history, make_compacting
+
+
+@contextmanager
+def compacting_confs(spark):
+    """One row per data file, and auto compaction from 3 small files (Delta's default: 50); both unset after."""
+    spark.conf.set(MIN_FILES, "3")
+    spark.conf.set(MAX_RECORDS, "1")
+    try:
+        yield
+    finally:
+        spark.conf.unset(MIN_FILES)
+        spark.conf.unset(MAX_RECORDS)
 
 
 def rebuild_request(tmp_path, db):
@@ -41,9 +54,7 @@ def test_a_rebuild_of_a_compacting_target_publishes_its_own_commit_and_rolls_bac
     # every day kept (no row-loss gate), 2024-03-09 as in events_src
     rebuilt = [(1, D8, 1), (2, D8, 2), (3, D9, 3), (4, D9, 4), (5, D9, 5), (7, D9, 7), (6, D10, 6)]
     spark.createDataFrame(rebuilt, EVENTS_SCHEMA).write.format("delta").saveAsTable(f"{db}.events_all")
-    spark.conf.set(MIN_FILES, "3")
-    spark.conf.set(MAX_RECORDS, "1")  # the rebuild writes 4 one-row files in 2024-03-09: enough to compact
-    try:
+    with compacting_confs(spark):  # the rebuild writes 4 one-row files in 2024-03-09: enough to compact
         plan, state = prepare(spark, settings, rebuild_request(tmp_path, db))
         result = make_runner().run(plan, state)
         assert (result.status, result.published_version) == ("published", 3)
@@ -56,9 +67,6 @@ def test_a_rebuild_of_a_compacting_target_publishes_its_own_commit_and_rolls_bac
         assert props.get("delta.autoOptimize.autoCompact") == "true"
 
         assert main(["rollback", plan.run_id, "--by", "ana", "--reason", "TEST-17 probe"]) == 0
-    finally:
-        spark.conf.unset(MIN_FILES)
-        spark.conf.unset(MAX_RECORDS)
     assert history(spark, f"{db}.events")[3:] == [("CREATE OR REPLACE TABLE AS SELECT", "publish"),
                                                   ("RESTORE", "rollback")]
     assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(rows, EVENTS_SCHEMA),
@@ -73,16 +81,11 @@ def test_a_patch_repeating_a_source_key_on_a_compacting_target_fails_the_gate_an
     spark.createDataFrame([(3, D9, 31)], EVENTS_SCHEMA).write.format("delta").mode("append") \
         .saveAsTable(f"{db}.events_src")  # id 3 twice in 2024-03-09
     before = current_version(spark, f"{db}.events")
-    spark.conf.set(MIN_FILES, "3")
-    spark.conf.set(MAX_RECORDS, "1")
-    try:
+    with compacting_confs(spark):
         plan, state = prepare(spark, settings, events_request(tmp_path, db, strategy="patch", sql=(
             f"SELECT id, dt, v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end")))
         with pytest.raises(GateFailedError, match=r"validation gate failed for .*\.events, nothing published") as failed:
             make_runner().run(plan, state)
-    finally:
-        spark.conf.unset(MIN_FILES)
-        spark.conf.unset(MAX_RECORDS)
     assert any(re.search(r"keys_unique\(id\) failed on the range: duplicate keys \(id\) in .*: \(3\) 2 times$",
                          c.describe()) for c in failed.value.failures)
     assert before == 2
@@ -124,9 +127,7 @@ def test_an_hourly_recompute_in_utc_on_a_compacting_target_over_the_dst_night_ro
                          target={"table": f"{db}.hits", "partition_column": "h", "grain": "hour"},
                          range={"start": "2024-03-10", "end": "2024-03-10"}, time_zone="UTC",
                          strategy="recompute", source={"sql": str(sql)}, keys=["id"], expectations=str(suite))
-    spark.conf.set(MIN_FILES, "3")
-    spark.conf.set(MAX_RECORDS, "1")  # 4 one-row files in 07:00Z after the publish: compacted
-    try:
+    with compacting_confs(spark):  # 4 one-row files in 07:00Z after the publish: compacted
         plan, state = prepare(spark, settings, path)
         assert len(plan.partitions) == 24 and plan.partitions[7].key == "2024-03-10T07:00:00+00:00"
         result = make_runner().run(plan, state)
@@ -137,9 +138,6 @@ def test_an_hourly_recompute_in_utc_on_a_compacting_target_over_the_dst_night_ro
             ignore_row_order=True, ignore_nullable=True)
 
         assert main(["rollback", plan.run_id, "--by", "ana", "--reason", "TEST-17 probe"]) == 0
-    finally:
-        spark.conf.unset(MIN_FILES)
-        spark.conf.unset(MAX_RECORDS)
     assert history(spark, f"{db}.hits")[3:] == [("WRITE", "publish"), ("OPTIMIZE", None), ("RESTORE", "rollback")]
     assert_df_equality(spark.table(f"{db}.hits"), spark.createDataFrame(HITS_ROWS, HITS),
                        ignore_row_order=True, ignore_nullable=True)
