@@ -26,6 +26,9 @@ from backfill_lib.core.table_state import PartitionStats
 from backfill_lib.plan.model import BackfillPlan
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+#: Delta's auto compaction for every write of the session; "false" overrides a table's
+#: ``delta.autoOptimize.autoCompact``
+AUTO_COMPACT_CONF = "spark.databricks.delta.autoCompact.enabled"
 
 
 def commit_metadata(plan: BackfillPlan, action: str, **extra: str) -> str:
@@ -43,24 +46,29 @@ def commit_metadata(plan: BackfillPlan, action: str, **extra: str) -> str:
 
 
 @contextmanager
-def user_metadata(spark: SparkSession, value: str):
-    """Set ``userMetadata`` for commits issued through SQL (RESTORE), restoring the previous value after."""
-    previous = spark.conf.get(USER_METADATA_CONF, None)
-    spark.conf.set(USER_METADATA_CONF, value)
+def session_confs(spark: SparkSession, confs: dict[str, str]):
+    """Set the session confs ``confs`` for the block, then put back each previous value (or unset it)."""
+    previous = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
     try:
         yield
     finally:
-        if previous is None:
-            spark.conf.unset(USER_METADATA_CONF)
-        else:
-            spark.conf.set(USER_METADATA_CONF, previous)
+        for k, v in previous.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def user_metadata(spark: SparkSession, value: str):
+    """Set ``userMetadata`` for commits issued through SQL (RESTORE), restoring the previous value after; Delta's
+    auto compaction is off meanwhile, so no OPTIMIZE of it takes ``value`` (see :func:`idempotent_commit`)."""
+    return session_confs(spark, {USER_METADATA_CONF: value, AUTO_COMPACT_CONF: "false"})
 
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
-#: Delta's auto compaction for every write of the session; "false" overrides a table's
-#: ``delta.autoOptimize.autoCompact``
-AUTO_COMPACT_CONF = "spark.databricks.delta.autoCompact.enabled"
 #: The ``txnVersion`` of a run's publishing commit: Delta skips a write whose app ID already committed it.
 PUBLISH_TXN_VERSION = 1
 
@@ -80,19 +88,9 @@ def idempotent_commit(spark: SparkSession, plan: BackfillPlan):
     ``delta.autoOptimize.autoCompact`` its OPTIMIZE, committed right after the publish, took the session's
     ``userMetadata`` too, so the run's own commit was found to be the OPTIMIZE and a rollback restored the
     publish's result. The target's next write compacts instead."""
-    confs = {USER_METADATA_CONF: commit_metadata(plan, "publish"), TXN_APP_ID_CONF: txn_app_id(plan),
-             TXN_VERSION_CONF: str(PUBLISH_TXN_VERSION), AUTO_COMPACT_CONF: "false"}
-    previous = {k: spark.conf.get(k, None) for k in confs}
-    for k, v in confs.items():
-        spark.conf.set(k, v)
-    try:
+    with session_confs(spark, {USER_METADATA_CONF: commit_metadata(plan, "publish"), TXN_APP_ID_CONF: txn_app_id(plan),
+                               TXN_VERSION_CONF: str(PUBLISH_TXN_VERSION), AUTO_COMPACT_CONF: "false"}):
         yield
-    finally:
-        for k, v in previous.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 def publish_options(plan: BackfillPlan) -> dict[str, str]:
