@@ -31,12 +31,11 @@ SCAN_FILE_SCHEMA = ("add STRUCT<path: STRING, partitionValues: MAP<STRING, STRIN
                     "sizeInBytes: INT, cardinality: BIGINT, maxRowIndex: BIGINT>>")
 
 
-def kernel_add_files(spark: SparkSession, snapshot) -> DataFrame | None:
-    """The ``add`` actions of ``snapshot`` (a JVM ``org.apache.spark.sql.delta.Snapshot``) as a DataFrame of the
-    ``add`` fields of :data:`SCAN_FILE_SCHEMA`, read by Delta Kernel at the same version; ``path`` and
-    ``partitionValues`` exactly as the log holds them (a path relative to the table's root and URL-encoded, values keyed by physical name under
-    column mapping), ``stats`` the log's JSON text or NULL. The DataFrame holds the rows (a local relation):
-    queries on it read no file.
+def kernel_scan_lines(spark: SparkSession, snapshot) -> list[str] | None:
+    """The scan files of ``snapshot`` (a JVM ``org.apache.spark.sql.delta.Snapshot``) read by Delta Kernel at the
+    same version, one JSON text a file (``{"add": {...}}``, the fields of :data:`SCAN_FILE_SCHEMA` as the log
+    holds them: ``path`` relative to the table's root and URL-encoded, ``partitionValues`` keyed by physical name
+    under column mapping, ``stats`` the log's JSON text or absent).
 
     ``None`` (nothing read, nothing raised) when the snapshot's file count is unknown (no checksum file for its
     version) or above :data:`MAX_FILES`, when Kernel's classes are missing or Kernel cannot read the table, or
@@ -55,6 +54,16 @@ def kernel_add_files(spark: SparkSession, snapshot) -> DataFrame | None:
         return None
     if len(lines) != expected:
         log.debug("Delta Kernel found %d files where the checksum says %d", len(lines), expected)
+        return None
+    return lines
+
+
+def kernel_add_files(spark: SparkSession, snapshot, lines: list[str] | None = None) -> DataFrame | None:
+    """The ``add`` actions of ``snapshot`` as a DataFrame of the ``add`` fields of :data:`SCAN_FILE_SCHEMA`, from
+    :func:`kernel_scan_lines` (or its ``lines``, already read); ``None`` when it gives none. Queries on it read
+    no file (the rows are in the driver), though Spark runs a job to parse them."""
+    lines = kernel_scan_lines(spark, snapshot) if lines is None else lines
+    if lines is None:
         return None
     # one string through py4j, split in the JVM: a call a line would double the driver's time
     # (py4j finds no generic method such as Arrays.asList of an array; Pattern.splitAsStream is not generic)
