@@ -77,9 +77,11 @@ def kernel_add_files(spark: SparkSession, snapshot, lines: list[str] | None = No
     return DataFrame(jspark.read().schema(SCAN_FILE_SCHEMA).json(dataset), spark).select("add.*")
 
 
-def _scan_file_lines(spark: SparkSession, snapshot) -> list[str]:
+def _scan_file_lines(spark: SparkSession, snapshot, predicate=None, stats: bool = True) -> list[str]:
     """The scan files of ``snapshot``'s version as Kernel returns them (``{"add": {...}}`` JSON, one a file).
 
+    ``predicate`` (a Kernel ``Predicate`` on the table's logical columns) keeps the files Kernel's partition
+    pruning and data skipping cannot rule out; ``stats`` False leaves ``stats`` out (cheaper).
     Kernel's JSON handler writes each batch of scan files to a file in a local temporary folder, read back here
     and removed: three times faster than a py4j call a file (0.3 s against 0.8-1.7 s for 730 files, 2 cores)."""
     jvm = spark.sparkContext._jvm
@@ -88,8 +90,11 @@ def _scan_file_lines(spark: SparkSession, snapshot) -> list[str]:
     engine = kernel.defaults.engine.DefaultEngine.create(delta_log.newDeltaHadoopConf())
     version = kernel.Table.forPath(engine, delta_log.dataPath().toString()).getSnapshotAsOfVersion(
         engine, snapshot.version())
-    # getScanFiles(engine, includeStats=True): without it Kernel leaves `stats` out of the scan files
-    batches = version.getScanBuilder().build().getScanFiles(engine, True)
+    builder = version.getScanBuilder()
+    if predicate is not None:
+        builder = builder.withFilter(predicate)
+    # getScanFiles(engine, includeStats): without it Kernel leaves `stats` out of the scan files
+    batches = builder.build().getScanFiles(engine, stats)
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="backfill-kernel-") as folder:
         try:
