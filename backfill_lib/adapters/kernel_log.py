@@ -47,7 +47,7 @@ def kernel_scan_lines(spark: SparkSession, snapshot) -> list[str] | None:
         if checksum.isEmpty() or int(checksum.get().numFiles()) > MAX_FILES:
             return None
         expected = int(checksum.get().numFiles())
-        lines = _scan_file_lines(spark, snapshot)
+        lines = scan_file_lines(spark, snapshot)
     except Exception as exc:  # Kernel missing or refusing the table: Delta's Spark snapshot reads it
         log.debug("Delta Kernel did not read the log of version %s: %s", snapshot.version(),
                   (str(exc).strip().splitlines() or [type(exc).__name__])[0])
@@ -77,7 +77,7 @@ def kernel_add_files(spark: SparkSession, snapshot, lines: list[str] | None = No
     return DataFrame(jspark.read().schema(SCAN_FILE_SCHEMA).json(dataset), spark).select("add.*")
 
 
-def _scan_file_lines(spark: SparkSession, snapshot, predicate=None, stats: bool = True) -> list[str]:
+def scan_file_lines(spark: SparkSession, snapshot, predicate=None, stats: bool = True) -> list[str]:
     """The scan files of ``snapshot``'s version as Kernel returns them (``{"add": {...}}`` JSON, one a file).
 
     ``predicate`` (a Kernel ``Predicate`` on the table's logical columns) keeps the files Kernel's partition

@@ -17,7 +17,7 @@ import logging
 
 from pyspark.sql import DataFrame, SparkSession
 
-from backfill_lib.adapters.kernel_log import _scan_file_lines
+from backfill_lib.adapters.kernel_log import scan_file_lines
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def kernel_input_files(spark: SparkSession, df: DataFrame) -> tuple[int, int] | 
         for snapshot, conditions, attributes in scans:
             predicate = _conjunction(jvm, [p for c in conditions if (p := _predicate(jvm, c, attributes, False))])
             root = str(snapshot.deltaLog().dataPath().toString())
-            for line in _scan_file_lines(spark, snapshot, predicate, stats=False):
+            for line in scan_file_lines(spark, snapshot, predicate, stats=False):
                 add = json.loads(line)["add"]
                 found[(root, add["path"])] = int(add["size"])
     except Exception as exc:  # Spark's or Kernel's internals changed shape: Spark's own answer
