@@ -68,7 +68,8 @@ def _delta_scans(spark: SparkSession, df: DataFrame) -> list[tuple] | None:
     clone = spark._jsparkSession.cloneSession()  # its own conf: the exclusion touches no other thread's query
     excluded = clone.conf().get("spark.sql.optimizer.excludedRules", "")
     clone.conf().set("spark.sql.optimizer.excludedRules", ",".join(r for r in (excluded, PREPARE_DELTA_SCAN) if r))
-    plan = jvm.org.apache.spark.sql.classic.Dataset.ofRows(clone, df._jdf.queryExecution().logical()) \
+    # the plan as analysed (in the request's time zone, with its parameters bound), optimised again in the clone
+    plan = jvm.org.apache.spark.sql.classic.Dataset.ofRows(clone, df._jdf.queryExecution().analyzed()) \
         .queryExecution().optimizedPlan()
     scans: list[tuple] = []
     stack = [(plan, [])]
