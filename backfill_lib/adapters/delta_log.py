@@ -20,7 +20,7 @@ from backfill_lib.adapters.connect_log import (
     connect_snapshot,
     is_connect,
 )
-from backfill_lib.adapters.kernel_log import kernel_add_files
+from backfill_lib.adapters.kernel_log import kernel_add_files, kernel_scan_lines
 from backfill_lib.core.errors import IntakeError, first_line
 from backfill_lib.core.file_ranges import FileRange, file_set_fingerprint
 from backfill_lib.core.partition_keys import PartitionKeys
@@ -491,13 +491,19 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str | Part
     :class:`~backfill_lib.core.partitions.RowFilter` renders it) keeps only the files whose partition values,
     cast to their columns' types, satisfy it."""
     snapshot = snapshot if snapshot is not None else latest_snapshot(spark, name)
-    files = add_files(spark, snapshot)
-    deleted = (F.coalesce(F.col("deletionVector.cardinality"), F.lit(0)) if "deletionVector" in files.columns
-               else F.lit(0))
-    values = F.col("partitionValues")
     parts = partition_column if isinstance(partition_column, PartitionKeys) and partition_column.parts else None
     if isinstance(partition_column, PartitionKeys) and parts is None:
         partition_column = partition_column.column
+    lines = None if isinstance(snapshot, ConnectSnapshot) else kernel_scan_lines(spark, snapshot)
+    if lines is not None and parts is None and where is None:  # the raw values are the keys: no typing to do
+        return _stats_by_value(lines, partition_value_key(snapshot, partition_column))
+    if lines is not None:
+        files = kernel_add_files(spark, snapshot, lines)
+    else:  # Kernel already declined: straight to Delta's own replay (or the Connect snapshot's files)
+        files = snapshot.add_files() if isinstance(snapshot, ConnectSnapshot) else DataFrame(snapshot.allFiles().toDF(), spark)
+    deleted = (F.coalesce(F.col("deletionVector.cardinality"), F.lit(0)) if "deletionVector" in files.columns
+               else F.lit(0))
+    values = F.col("partitionValues")
     typed = parts is not None or where is not None
     # Names no partition column has: ``where`` reads the partition columns beside them by their own names.
     plain = () if parts is not None else (values.getItem(partition_value_key(snapshot, partition_column)),)
@@ -533,3 +539,33 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str | Part
         )
         for r in rows
     }
+
+
+def _stats_by_value(lines: list[str], key: str) -> dict[str, PartitionStats]:
+    """:func:`partition_stats` of Kernel's scan files (:func:`~.kernel_log.kernel_scan_lines`) keyed by the raw
+    partition value under ``key`` (its physical name), summed in the driver: the Spark query it replaces parsed
+    the same lines in a Spark job (1.2-1.7 s of the demo's dry run on 2 cores, for 730 files)."""
+    found: dict[str | None, list] = {}
+    for line in lines:
+        add = json.loads(line)["add"]
+        files = found.setdefault((add.get("partitionValues") or {}).get(key), [0, 0, 0, []])
+        files[0] += 1
+        files[1] += int(add["size"])
+        rows = _stats_rows(add.get("stats"))
+        if rows is None or files[2] is None:
+            files[2] = None
+        else:
+            files[2] += rows - int((add.get("deletionVector") or {}).get("cardinality") or 0)
+        files[3].append(add["path"])
+    return {value: PartitionStats(n, size, rows, file_set_fingerprint(paths))
+            for value, (n, size, rows, paths) in found.items()}
+
+
+def _stats_rows(stats: str | None) -> int | None:
+    """``numRecords`` of an ``add`` action's ``stats`` JSON text; ``None`` when there are none (the rows are then
+    unknown, not fewer)."""
+    try:
+        rows = json.loads(stats).get("numRecords") if stats else None
+        return None if rows is None else int(rows)
+    except (ValueError, TypeError, AttributeError):
+        return None

@@ -83,7 +83,16 @@ def sql_with_bounds(spark: SparkSession, text: str, start, end) -> DataFrame:
 
 def source_input(spark: SparkSession, df: DataFrame):
     """Files and bytes ``df`` would read: ``DataFrame.inputFiles()`` after partition pruning, sized from the
-    file system's metadata (no data read). Returns :class:`~backfill_lib.plan.model.SourceInput`."""
+    file system's metadata (no data read). Returns :class:`~backfill_lib.plan.model.SourceInput`.
+
+    A query that reads only Delta tables is sized by Delta Kernel in the driver instead, from the same pruning
+    (:func:`~backfill_lib.adapters.kernel_scan.kernel_input_files`): ``inputFiles()`` lists Delta's files in a
+    Spark job."""
+    from backfill_lib.adapters.kernel_scan import kernel_input_files
+
+    found = kernel_input_files(spark, df)
+    if found is not None:
+        return SourceInput(*found)
     files = df.inputFiles()
     if not files:
         return SourceInput(0, 0)

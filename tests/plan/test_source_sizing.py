@@ -1,0 +1,102 @@
+"""The plan's size of its source input, read by Delta Kernel in the driver (issue 22 item 3), against what Spark's
+``DataFrame.inputFiles()`` lists for the same query: the same files and bytes wherever a filter translates, more
+files (never fewer) where one does not, Spark's own answer for a source that is not Delta."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+
+import pytest
+
+from backfill_lib.adapters import kernel_scan
+from backfill_lib.adapters.kernel_scan import kernel_input_files
+from backfill_lib.plan.model import SourceInput
+from backfill_lib.plan.source_query import source_input
+
+SCHEMA = "id INT, d DATE, region STRING, v INT"
+# one file a row: each file's statistics hold one value of v
+ROWS = [(1, date(2024, 3, 9), "a", 10), (2, date(2024, 3, 9), "x", 20), (3, date(2024, 3, 10), "x", 30),
+        (4, date(2024, 3, 10), None, 40), (5, date(2024, 3, 11), "a", 50), (6, None, "x", 60)]
+
+
+def _spark_input(spark, query: str) -> tuple[int, int]:
+    """Files and bytes as :func:`source_input` finds them with ``inputFiles()`` and the file system."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kernel_scan, "kernel_input_files", lambda spark, df: None)
+        found = source_input(spark, spark.sql(query))
+    return found.files, found.bytes
+
+
+def _kernel_input(spark, query: str) -> tuple[int, int]:
+    found = kernel_input_files(spark, spark.sql(query))
+    assert found is not None
+    return found
+
+
+@pytest.fixture
+def events(spark, db):
+    """Partitioned by a DATE and a STRING column (a NULL in each), column mapping by name with a renamed column,
+    one file a row, and a commit after version 1."""
+    name = f"{db}.events"
+    spark.sql(f"CREATE TABLE {name} (id INT, d DATE, region STRING, w INT) USING delta PARTITIONED BY (d, region) "
+              "TBLPROPERTIES ('delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '2', "
+              "'delta.minWriterVersion' = '5')")
+    spark.sql(f"ALTER TABLE {name} RENAME COLUMN w TO v")  # logical v, physical name of w: Kernel reads by logical
+    spark.createDataFrame(ROWS[:4], SCHEMA).repartition(4, "id").writeTo(name).append()  # version 2
+    spark.createDataFrame(ROWS[4:], SCHEMA).repartition(2, "id").writeTo(name).append()  # version 3
+    return name
+
+
+def test_kernel_sizes_the_files_spark_lists(spark, events):
+    cases = {
+        f"SELECT * FROM {events} WHERE d >= DATE'2024-03-10' AND d < DATE'2024-03-11'": 2,
+        f"SELECT * FROM {events} WHERE region IN ('a', 'x') AND d = DATE'2024-03-09'": 2,
+        f"SELECT * FROM {events} WHERE NOT (region = 'x') OR region IS NULL": 3,
+        f"SELECT * FROM {events} WHERE d IS NULL": 1,
+        f"SELECT * FROM {events} WHERE v >= 45": 2,  # data skipping by the files' statistics
+        f"SELECT id FROM {events} WHERE v < 25 AND id > 0 GROUP BY id": 2,
+        f"SELECT * FROM {events} VERSION AS OF 2 WHERE region = 'x'": 2,  # at the pinned version
+        f"SELECT a.id FROM {events} a JOIN {events} b ON a.id = b.id "
+        f"WHERE a.d = DATE'2024-03-09' AND b.region = 'x'": 4,  # two relations: 2 files + 3, one in both
+        f"SELECT * FROM {events} WHERE d < DATE'2024-01-01'": 0,
+    }
+    for query, files in cases.items():
+        assert _kernel_input(spark, query) == _spark_input(spark, query), query
+        assert _kernel_input(spark, query)[0] == files, query
+
+
+def test_a_filter_kernel_cannot_take_keeps_more_files_never_fewer(spark, events):
+    query = f"SELECT * FROM {events} WHERE upper(region) = 'A' AND d >= DATE'2024-03-10'"
+    # Spark prunes by both; Kernel by the date and the `region IS NOT NULL` Spark infers from upper(region) = 'A'
+    # (ids 3 and 5), not by upper(region) itself
+    assert _spark_input(spark, query)[0] == 1
+    assert _kernel_input(spark, query)[0] == 2
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "UTC", "Asia/Kolkata"])
+def test_timestamp_partitions_are_pruned_as_spark_prunes_them_in_any_session_zone(spark, db, zone):
+    name = f"{db}.hourly"
+    hours = [datetime(2024, 3, 10, h, tzinfo=timezone.utc) for h in range(4, 10)]  # 23:00 to 05:00 in New York,
+    # whose clocks skip 02:00 that night; the partition values are written in New York's time
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        spark.createDataFrame([(i, h) for i, h in enumerate(hours)], "id INT, hour TIMESTAMP") \
+            .repartition(6, "id").write.format("delta").partitionBy("hour").saveAsTable(name)
+        spark.conf.set("spark.sql.session.timeZone", zone)
+        query = (f"SELECT * FROM {name} WHERE hour >= TIMESTAMP'2024-03-10 06:00:00Z' "
+                 f"AND hour < TIMESTAMP'2024-03-10 09:00:00Z'")
+        assert _kernel_input(spark, query) == _spark_input(spark, query)
+        assert _kernel_input(spark, query)[0] == 3  # 06:00, 07:00 and 08:00 UTC
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+
+
+def test_a_source_that_is_not_delta_is_sized_by_spark(spark, db, tmp_path):
+    name = f"{db}.plain"
+    spark.createDataFrame(ROWS[:3], SCHEMA).coalesce(1).write.format("parquet").saveAsTable(name)
+    spark.createDataFrame(ROWS[3:], SCHEMA).coalesce(1).write.format("parquet").mode("append").saveAsTable(name)
+    query = f"SELECT * FROM {name} WHERE v > 0"
+    assert kernel_input_files(spark, spark.sql(query)) is None
+    assert source_input(spark, spark.sql(query)) == SourceInput(*_spark_input(spark, query))
+    assert _spark_input(spark, query)[0] == 2
