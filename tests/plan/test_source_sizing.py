@@ -4,6 +4,7 @@ files (never fewer) where one does not, Spark's own answer for a source that is 
 
 from __future__ import annotations
 
+import time
 from datetime import date, datetime, timezone
 
 import pytest
@@ -12,6 +13,8 @@ from backfill_lib.adapters import kernel_scan
 from backfill_lib.adapters.kernel_scan import kernel_input_files
 from backfill_lib.plan.model import SourceInput
 from backfill_lib.plan.source_query import source_input
+from backfill_lib.runner import prepare
+from tests.fixtures import D8, D10, FULL_SOURCE, TARGET_ROWS, events_request, make_events
 
 SCHEMA = "id INT, d DATE, region STRING, v INT"
 # one file a row: each file's statistics hold one value of v
@@ -100,3 +103,38 @@ def test_a_source_that_is_not_delta_is_sized_by_spark(spark, db, tmp_path):
     assert kernel_input_files(spark, spark.sql(query)) is None
     assert source_input(spark, spark.sql(query)) == SourceInput(*_spark_input(spark, query))
     assert _spark_input(spark, query)[0] == 2
+
+
+def _job_ids(spark) -> dict[int, str]:
+    """Every Spark job the status store holds: ID and description."""
+    jobs, found = spark.sparkContext._jsc.sc().statusStore().jobsList(None).iterator(), {}
+    while jobs.hasNext():
+        job = jobs.next()
+        found[job.jobId()] = job.description().getOrElse(None) if job.description().isDefined() else ""
+    return found
+
+
+def test_planning_a_recompute_from_delta_tables_runs_no_spark_job(spark, settings, db, tmp_path):
+    make_events(spark, db, FULL_SOURCE)
+    request = events_request(tmp_path, db, start=D8, end=D10)
+    before = max(_job_ids(spark), default=-1)
+
+    plan, _ = prepare(spark, settings, request, run_id="no_job_1")
+
+    # a marker job, then wait for the store to show it: the listener bus delivers jobs in order, so any job the
+    # planning ran is in the store by then
+    spark.sparkContext.setJobDescription("no-job marker")
+    try:
+        spark.sparkContext.parallelize([1], 1).count()
+    finally:
+        spark.sparkContext.setJobDescription(None)
+    for _ in range(100):
+        jobs = _job_ids(spark)
+        if "no-job marker" in jobs.values():
+            break
+        time.sleep(0.1)
+    assert {i: d for i, d in jobs.items() if i > before} == {max(jobs): "no-job marker"}
+    source = f"SELECT * FROM {db}.events_src WHERE dt >= DATE'2024-03-08' AND dt < DATE'2024-03-11'"
+    assert (plan.source_input.files, plan.source_input.bytes) == _spark_input(spark, source)
+    assert plan.source_input.files >= 3 and len(plan.partitions) == 3
+    assert sum(p.current.rows for p in plan.partitions) == sum(1 for _, d, _ in TARGET_ROWS if D8 <= d <= D10)
