@@ -38,8 +38,9 @@ def kernel_scan_lines(spark: SparkSession, snapshot) -> list[str] | None:
     under column mapping, ``stats`` the log's JSON text or absent).
 
     ``None`` (nothing read, nothing raised) when the snapshot's file count is unknown (no checksum file for its
-    version) or above :data:`MAX_FILES`, when Kernel's classes are missing or Kernel cannot read the table, or
-    when Kernel's file count differs from the checksum's.
+    version) or above :data:`MAX_FILES`, when the table's checkpoints may hold no JSON stats (see
+    :func:`_checkpoint_without_json_stats`), when Kernel's classes are missing or Kernel cannot read the table,
+    or when Kernel's file count differs from the checksum's.
     """
     try:
         # the version's checksum file (read with the snapshot); Snapshot.numOfFilesIfKnown replays the whole log
@@ -47,6 +48,8 @@ def kernel_scan_lines(spark: SparkSession, snapshot) -> list[str] | None:
         if checksum.isEmpty() or int(checksum.get().numFiles()) > MAX_FILES:
             return None
         expected = int(checksum.get().numFiles())
+        if _checkpoint_without_json_stats(snapshot):
+            return None
         lines = scan_file_lines(spark, snapshot)
     except Exception as exc:  # Kernel missing or refusing the table: Delta's Spark snapshot reads it
         log.debug("Delta Kernel did not read the log of version %s: %s", snapshot.version(),
@@ -56,6 +59,15 @@ def kernel_scan_lines(spark: SparkSession, snapshot) -> list[str] | None:
         log.debug("Delta Kernel found %d files where the checksum says %d", len(lines), expected)
         return None
     return lines
+
+
+def _checkpoint_without_json_stats(snapshot) -> bool:
+    """Whether ``snapshot``'s table writes its checkpoints without the ``stats`` JSON text
+    (``delta.checkpoint.writeStatsAsJson = false``): they then hold each file's statistics as a struct
+    (``stats_parsed``) only, which Kernel does not turn back into ``stats`` as Delta's Spark snapshot does, so
+    every file a checkpoint holds would come without its ``numRecords``."""
+    setting = snapshot.metadata().configuration().get("delta.checkpoint.writeStatsAsJson")
+    return bool(setting.isDefined() and str(setting.get()).strip().lower() == "false")
 
 
 def kernel_add_files(spark: SparkSession, snapshot, lines: list[str] | None = None) -> DataFrame | None:
@@ -77,8 +89,10 @@ def kernel_add_files(spark: SparkSession, snapshot, lines: list[str] | None = No
     return DataFrame(jspark.read().schema(SCAN_FILE_SCHEMA).json(dataset), spark).select("add.*")
 
 
-def scan_file_lines(spark: SparkSession, snapshot, predicate=None, stats: bool = True) -> list[str]:
-    """The scan files of ``snapshot``'s version as Kernel returns them (``{"add": {...}}`` JSON, one a file).
+def scan_file_lines(spark: SparkSession, snapshot, predicate=None, stats: bool = True,
+                    limit: int | None = None) -> list[str] | None:
+    """The scan files of ``snapshot``'s version as Kernel returns them (``{"add": {...}}`` JSON, one a file);
+    ``None`` as soon as there are more than ``limit`` (the rest left unread).
 
     ``predicate`` (a Kernel ``Predicate`` on the table's logical columns) keeps the files Kernel's partition
     pruning and data skipping cannot rule out; ``stats`` False leaves ``stats`` out (cheaper).
@@ -105,6 +119,8 @@ def scan_file_lines(spark: SparkSession, snapshot, predicate=None, stats: bool =
                 # split at "\n" alone: str.splitlines also splits at U+0085 and U+2028, which JSON leaves
                 # unescaped in a partition value or a stats string (Kernel's file count then never matched)
                 lines += [line for line in path.read_bytes().decode("utf-8").split("\n") if line]
+                if limit is not None and len(lines) > limit:
+                    return None
         finally:
             batches.close()
     return lines

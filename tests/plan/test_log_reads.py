@@ -164,3 +164,21 @@ def test_kernel_reads_values_holding_unicode_line_separators(spark, db):
     kernel = _kernel_equals_spark(spark, snapshot)
     assert sorted(r["v"] for r in kernel.select(F.col("partitionValues")["region"].alias("v")).collect()) == \
         ["a\u2028b", "plain"]
+
+
+def test_a_checkpoint_without_json_stats_still_counts_the_rows(spark, db, monkeypatch):
+    # such a checkpoint holds each file's statistics as a struct (stats_parsed) only: its `stats` column is null
+    name = f"{db}.struct_stats"
+    schema = "id INT, region STRING, v INT"
+    spark.sql(f"CREATE TABLE {name} ({schema}) USING delta PARTITIONED BY (region) "
+              "TBLPROPERTIES ('delta.checkpointInterval' = '2', 'delta.checkpoint.writeStatsAsJson' = 'false')")
+    spark.createDataFrame([(0, "a", 0), (1, "b", 10), (2, "c", 20)], schema).writeTo(name).append()  # version 1
+    spark.createDataFrame([(3, "a", 30), (4, "b", 40)], schema).writeTo(name).append()  # version 2, checkpointed
+    spark.createDataFrame([(5, "c", 50), (6, "c", 60)], schema).coalesce(1).writeTo(name).append()  # version 3
+    location = spark.sql(f"DESCRIBE DETAIL {name}").first()["location"]
+    assert Path(location.removeprefix("file:"), "_delta_log", "00000000000000000002.checkpoint.parquet").exists()
+    spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # replay from the checkpoint
+    snapshot = latest_snapshot(spark, name)
+    stats = partition_stats(spark, name, "region", snapshot)
+    assert {k: (s.files, s.rows) for k, s in stats.items()} == {"a": (2, 2), "b": (2, 2), "c": (2, 3)}
+    assert stats == _spark_stats(monkeypatch, spark, name, "region", snapshot)
