@@ -6,18 +6,22 @@ without that rule (in a clone of the session, so no other thread's query is affe
 of the optimised plan is listed by Kernel at the version Spark analysed it at, with the filters Spark pushed
 down to it translated into a Kernel predicate: Kernel prunes partitions and skips files by their statistics as
 Delta does. A filter that cannot be translated is left out of the predicate (Kernel then keeps more files, never
-fewer); any relation that is not a Delta table (Parquet files, a Hive table, a cached or RDD relation) makes the
-whole answer ``None``, and the caller asks Spark.
+fewer), and so are the conditions above a nondeterministic filter or projection, which Spark does not push
+down either. Any relation that is not a Delta table (Parquet files, a Hive table, a cached or RDD relation), or
+more than :data:`~.kernel_log.MAX_FILES` files listed, makes the whole answer ``None``, and the caller asks Spark.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 
 from pyspark.sql import DataFrame, SparkSession
 
-from backfill_lib.adapters.kernel_log import scan_file_lines
+from backfill_lib.adapters import kernel_log
+from backfill_lib.adapters.delta_log import partition_value_key
+from backfill_lib.adapters.kernel_predicate import conjunction, predicate
 
 log = logging.getLogger(__name__)
 
@@ -27,19 +31,20 @@ PREPARE_DELTA_SCAN = "org.apache.spark.sql.delta.stats.PrepareDeltaScan"
 #: Leaves that read no file (``inputFiles()`` has nothing for them either).
 FILELESS_LEAVES = {"LocalRelation", "OneRowRelation", "Range"}
 
-#: Catalyst comparisons and the Kernel predicate of each; the second name is the comparison with its sides swapped.
-COMPARISONS = {"EqualTo": ("=", "="), "LessThan": ("<", ">"), "LessThanOrEqual": ("<=", ">="),
-               "GreaterThan": (">", "<"), "GreaterThanOrEqual": (">=", "<=")}
-
-#: Most values of an ``IN`` list translated (as an OR of equalities); a longer list is left out.
-MAX_IN_VALUES = 200
+#: A TIMESTAMP partition value that names its instant: Delta's UTC form ("2024-03-10T06:00:00.000000Z") or one
+#: with an offset. Without a zone ("2024-03-10 01:00:00", as written under
+#: ``spark.databricks.delta.write.utcTimestampPartitionValues=false``) Spark reads it in the session's time zone,
+#: which Kernel does not know.
+ZONED_VALUE = re.compile(r"(Z|[+-]\d\d(:?\d\d)?)$")
 
 
 def kernel_input_files(spark: SparkSession, df: DataFrame) -> tuple[int, int] | None:
     """``(files, bytes)``: the data files ``df`` reads from Delta tables after partition pruning and data
     skipping, as Kernel finds them at each table's analysed version, and the sum of their ``size`` (bytes, from
     the log); a file two relations read counts once. ``None`` (nothing raised) under Spark Connect, when a
-    relation of the plan is not a Delta table Kernel reads, or when Kernel or Spark's internals refuse."""
+    relation of the plan is not a Delta table Kernel reads, when Kernel would list more than
+    :data:`~.kernel_log.MAX_FILES` files in all (the driver's replay is then the slower), or when Kernel or
+    Spark's internals refuse."""
     jvm = spark.sparkContext._jvm if hasattr(spark, "_jsparkSession") else None
     if jvm is None:
         return None
@@ -48,10 +53,15 @@ def kernel_input_files(spark: SparkSession, df: DataFrame) -> tuple[int, int] | 
         if scans is None:
             return None
         found: dict[tuple[str, str], int] = {}
+        budget = kernel_log.MAX_FILES  # read here, not imported: a test lowers it
         for snapshot, conditions, attributes in scans:
-            predicate = _conjunction(jvm, [p for c in conditions if (p := _predicate(jvm, c, attributes, False))])
+            lines = _scan_lines(spark, snapshot, conditions, attributes, budget)
+            if lines is None:
+                log.debug("Kernel would list more than %d files: Spark sizes the input", kernel_log.MAX_FILES)
+                return None
+            budget -= len(lines)
             root = str(snapshot.deltaLog().dataPath().toString())
-            for line in scan_file_lines(spark, snapshot, predicate, stats=False):
+            for line in lines:
                 add = json.loads(line)["add"]
                 found[(root, add["path"])] = int(add["size"])
     except Exception as exc:  # Spark's or Kernel's internals changed shape: Spark's own answer
@@ -59,6 +69,43 @@ def kernel_input_files(spark: SparkSession, df: DataFrame) -> tuple[int, int] | 
                   (str(exc).strip().splitlines() or [type(exc).__name__])[0])
         return None
     return len(found), sum(found.values())
+
+
+def _scan_lines(spark: SparkSession, snapshot, conditions: list, attributes: dict, limit: int) -> list[str] | None:
+    """The scan files (``{"add": {...}}`` JSON, no stats) Kernel keeps of ``snapshot`` under ``conditions``;
+    ``None`` when there are more than ``limit``. A TIMESTAMP partition column with a value that names no zone
+    is left out of the predicate: Kernel would read that value in another zone than Spark's session does."""
+    jvm = spark.sparkContext._jvm
+    found = _predicate(jvm, conditions, attributes)
+    timestamps = _timestamp_partition_keys(snapshot) if found is not None else {}
+    if timestamps:
+        # every file's values, not only the ones the predicate keeps: a file it wrongly drops is the defect
+        everything = kernel_log.scan_file_lines(spark, snapshot, None, stats=False, limit=limit)
+        if everything is None:
+            return None
+        values = [json.loads(line)["add"].get("partitionValues") or {} for line in everything]
+        zoneless = {name for name, key in timestamps.items()
+                    if any(v.get(key) is not None and not ZONED_VALUE.search(v[key]) for v in values)}
+        if zoneless:
+            kept = {i: name for i, name in attributes.items() if name not in zoneless}
+            found = _predicate(jvm, conditions, kept)
+            if found is None:
+                return everything
+    return kernel_log.scan_file_lines(spark, snapshot, found, stats=False, limit=limit)
+
+
+def _predicate(jvm, conditions: list, attributes: dict):
+    """The Kernel conjunction of what translates of ``conditions`` on ``attributes``; ``None`` when nothing does."""
+    return conjunction(jvm, [p for c in conditions if (p := predicate(jvm, c, attributes)) is not None])
+
+
+def _timestamp_partition_keys(snapshot) -> dict[str, str]:
+    """``{column name: its key in partitionValues}`` for ``snapshot``'s partition columns of type TIMESTAMP
+    (with a time zone; TIMESTAMP_NTZ values name none and are read so by both)."""
+    metadata = snapshot.metadata()
+    partitioned = set(_seq(metadata.partitionColumns()))
+    return {f.name(): partition_value_key(snapshot, f.name()) for f in metadata.schema().fields()
+            if f.name() in partitioned and f.dataType().typeName() == "timestamp"}
 
 
 def _delta_scans(spark: SparkSession, df: DataFrame) -> list[tuple] | None:
@@ -91,10 +138,13 @@ def _delta_scans(spark: SparkSession, df: DataFrame) -> list[tuple] | None:
             if kind not in FILELESS_LEAVES:
                 return None
             continue
+        # Spark pushes no filter below a nondeterministic filter or projection (that would change the rows
+        # rand(), a UDF or monotonically_increasing_id() sees), so Delta lists every file below such a node
+        # for the conditions above it: they must not prune here either, nor a nondeterministic condition itself
         if kind == "Filter":
-            conditions = conditions + [node.condition()]
-        elif kind != "Project":  # a filter above a join or an aggregate says nothing of one relation's rows
-            conditions = []
+            conditions = conditions + [node.condition()] if node.condition().deterministic() else []
+        elif kind != "Project" or not all(e.deterministic() for e in _seq(node.projectList())):
+            conditions = []  # a filter above a join or an aggregate says nothing of one relation's rows either
         stack.extend((child, conditions) for child in children)
     return scans
 
@@ -112,83 +162,3 @@ def _seq(seq) -> list:
     while it.hasNext():
         out.append(it.next())
     return out
-
-
-def _conjunction(jvm, predicates: list):
-    if not predicates:
-        return None
-    kernel = jvm.io.delta.kernel.expressions
-    result = predicates[0]
-    for p in predicates[1:]:
-        result = kernel.Predicate("AND", result, p)
-    return result
-
-
-def _predicate(jvm, expr, attributes: dict, strict: bool):
-    """The Kernel predicate of Catalyst ``expr`` on the relation's columns (``attributes``: exprId to name), or
-    ``None`` when it has none. Not ``strict``: a conjunct without one is left out (a weaker predicate, so Kernel
-    keeps a superset of the files); ``strict`` (under NOT or OR): the whole expression must translate."""
-    kernel = jvm.io.delta.kernel.expressions
-    kind = expr.getClass().getSimpleName()
-    if kind == "And":
-        left = _predicate(jvm, expr.left(), attributes, strict)
-        right = _predicate(jvm, expr.right(), attributes, strict)
-        if strict and (left is None or right is None):
-            return None
-        return _conjunction(jvm, [p for p in (left, right) if p is not None])
-    if kind == "Or":
-        left = _predicate(jvm, expr.left(), attributes, True)
-        right = _predicate(jvm, expr.right(), attributes, True)
-        return None if left is None or right is None else kernel.Predicate("OR", left, right)
-    if kind == "Not":
-        child = _predicate(jvm, expr.child(), attributes, True)
-        return None if child is None else kernel.Predicate("NOT", child)
-    if kind in ("IsNull", "IsNotNull"):
-        column = _column(jvm, expr.child(), attributes)
-        return None if column is None else kernel.Predicate("IS_NULL" if kind == "IsNull" else "IS_NOT_NULL", column)
-    if kind in COMPARISONS:
-        name, swapped = COMPARISONS[kind]
-        column, value = _column(jvm, expr.left(), attributes), _literal(jvm, expr.right())
-        if column is None or value is None:
-            column, value, name = _column(jvm, expr.right(), attributes), _literal(jvm, expr.left()), swapped
-        return None if column is None or value is None else kernel.Predicate(name, column, value)
-    if kind == "In":
-        column, values = _column(jvm, expr.value(), attributes), _seq(expr.list())
-        literals = [_literal(jvm, v) for v in values[:MAX_IN_VALUES + 1]]
-        if column is None or not literals or len(literals) > MAX_IN_VALUES or any(v is None for v in literals):
-            return None
-        result = kernel.Predicate("=", column, literals[0])
-        for value in literals[1:]:
-            result = kernel.Predicate("OR", result, kernel.Predicate("=", column, value))
-        return result
-    return None
-
-
-def _column(jvm, expr, attributes: dict):
-    """A Kernel column for an attribute of the relation; ``None`` for any other expression (a cast, a function)."""
-    if expr.getClass().getSimpleName() != "AttributeReference":
-        return None
-    name = attributes.get(expr.exprId().id())
-    return None if name is None else jvm.io.delta.kernel.expressions.Column(name)
-
-
-def _literal(jvm, expr):
-    """A Kernel literal of a non-NULL Catalyst literal of a type Kernel compares as Spark does; else ``None``."""
-    if expr.getClass().getSimpleName() != "Literal" or expr.value() is None:
-        return None
-    literal, kind, value = jvm.io.delta.kernel.expressions.Literal, expr.dataType().typeName(), expr.value()
-    if kind == "date":  # Catalyst's values: days since the epoch, microseconds since the epoch (UTC)
-        return literal.ofDate(int(value))
-    if kind == "timestamp":
-        return literal.ofTimestamp(int(value))
-    if kind == "timestamp_ntz":
-        return literal.ofTimestampNtz(int(value))
-    if kind == "integer":
-        return literal.ofInt(int(value))
-    if kind == "long":
-        return literal.ofLong(int(value))
-    if kind == "string" and expr.dataType().toString() == "StringType":  # the binary collation only
-        return literal.ofString(str(value.toString()))
-    if kind == "boolean":
-        return literal.ofBoolean(bool(value))
-    return None

@@ -4,12 +4,15 @@ files (never fewer) where one does not, Spark's own answer for a source that is 
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import date, datetime, timezone
+from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
-from backfill_lib.adapters import kernel_scan
+from backfill_lib.adapters import kernel_log, kernel_scan
 from backfill_lib.adapters.kernel_scan import kernel_input_files
 from backfill_lib.plan.model import SourceInput
 from backfill_lib.plan.source_query import source_input
@@ -138,3 +141,98 @@ def test_planning_a_recompute_from_delta_tables_runs_no_spark_job(spark, setting
     assert (plan.source_input.files, plan.source_input.bytes) == _spark_input(spark, source)
     assert plan.source_input.files >= 3 and len(plan.partitions) == 3
     assert sum(p.current.rows for p in plan.partitions) == sum(1 for _, d, _ in TARGET_ROWS if D8 <= d <= D10)
+
+
+def test_a_filter_above_a_nondeterministic_projection_prunes_nothing(spark, events):
+    # Spark keeps such a filter above the projection (pushing it down would change the values rand() and the
+    # ids draw), so Delta lists every file; Kernel must not prune by it either
+    spark.udf.register("nd_id", F.udf(lambda i: i, "INT").asNondeterministic())
+    for projection in ("rand() AS r", "monotonically_increasing_id() AS m", "nd_id(id) AS n"):
+        query = f"SELECT * FROM (SELECT *, {projection} FROM {events}) WHERE d = DATE'2024-03-09'"
+        assert _kernel_input(spark, query) == _spark_input(spark, query), query
+        assert _kernel_input(spark, query)[0] == 6, query
+
+
+def test_only_the_deterministic_filters_below_a_nondeterministic_one_prune(spark, events):
+    # (rand() < 2 would do: Spark's optimizer knows rand() < 1 and drops such a filter)
+    cases = {
+        # d = ... stays above the random filter, and Delta lists every file
+        f"SELECT * FROM (SELECT * FROM {events} WHERE rand(7) < 0.5) WHERE d = DATE'2024-03-09'": (6, 6),
+        # below the random filter: region = 'x' (ids 2, 3 and 6)
+        f"SELECT * FROM (SELECT * FROM (SELECT * FROM {events} WHERE region = 'x') WHERE rand(7) < 0.5) "
+        f"WHERE d = DATE'2024-03-09'": (3, 3),
+        # one filter holding both: Spark prunes by d, Kernel by nothing of a nondeterministic condition
+        f"SELECT * FROM {events} WHERE d = DATE'2024-03-09' AND rand(7) < 0.5": (6, 2),
+    }
+    found = {query: (_kernel_input(spark, query)[0], _spark_input(spark, query)[0]) for query in cases}
+    assert found == cases
+
+
+def test_an_in_list_spark_turns_into_a_set_prunes_as_spark_does(spark, events):
+    days = [date(2024, 3, 1 + i) for i in range(9)] + [date(2024, 3, 11), date(2024, 4, 1), date(2024, 4, 2)]
+    assert len(days) > int(spark.conf.get("spark.sql.optimizer.inSetConversionThreshold"))  # an InSet, not an In
+    query = f"SELECT * FROM {events} WHERE d IN ({', '.join(f'DATE{str(d)!r}' for d in days)})"
+    assert _kernel_input(spark, query) == _spark_input(spark, query)
+    assert _kernel_input(spark, query)[0] == 3  # 2024-03-09's 2 files, 2024-03-11's 1
+
+
+def test_above_the_file_limit_kernel_gives_up_and_spark_sizes_the_input(spark, events, monkeypatch):
+    query = f"SELECT * FROM {events} WHERE id > 0"
+    monkeypatch.setattr(kernel_log, "MAX_FILES", 6)
+    assert kernel_input_files(spark, spark.sql(query))[0] == 6
+    monkeypatch.setattr(kernel_log, "MAX_FILES", 5)
+    assert kernel_input_files(spark, spark.sql(query)) is None
+    assert source_input(spark, spark.sql(query)) == SourceInput(*_spark_input(spark, query))
+
+
+def _log_partition_values(spark, name: str, column: str) -> list[str]:
+    """The raw values of ``column`` in the ``add`` actions of ``name``'s commit files."""
+    location = Path(spark.sql(f"DESCRIBE DETAIL {name}").first()["location"].removeprefix("file:"))
+    return sorted(json.loads(line)["add"]["partitionValues"][column]
+                  for commit in location.glob("_delta_log/*.json")
+                  for line in commit.read_text().splitlines() if '"add"' in line)
+
+
+def test_timestamp_partition_values_without_a_zone_keep_more_files_never_fewer(spark, db):
+    name = f"{db}.local_hours"
+    hours = [datetime(2024, 3, 10, h, tzinfo=timezone.utc) for h in range(4, 10)]  # New York skips 02:00
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    utc_values = "spark.databricks.delta.write.utcTimestampPartitionValues"
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    spark.conf.set(utc_values, "false")
+    try:
+        spark.createDataFrame([(i, h) for i, h in enumerate(hours)], "id INT, hour TIMESTAMP") \
+            .repartition(6, "id").write.format("delta").partitionBy("hour").saveAsTable(name)
+        spark.conf.unset(utc_values)
+        assert _log_partition_values(spark, name, "hour")[:2] == ["2024-03-09 23:00:00", "2024-03-10 00:00:00"]
+        query = (f"SELECT * FROM {name} WHERE hour >= TIMESTAMP'2024-03-10 06:00:00Z' "
+                 f"AND hour < TIMESTAMP'2024-03-10 09:00:00Z'")
+        assert _spark_input(spark, query)[0] == 3  # 01:00, 03:00 and 04:00 in New York
+        assert _kernel_input(spark, query)[0] == 6  # the comparison on `hour` left out
+    finally:
+        spark.conf.unset(utc_values)
+        spark.conf.set("spark.sql.session.timeZone", previous)
+
+
+def test_dates_before_the_gregorian_calendar_keep_more_files_never_fewer(spark, db):
+    name = f"{db}.old_days"
+    days = [date(1499, 12, 28), date(1500, 1, 5), date(1500, 1, 15), date(1600, 1, 1)]
+    rows = [(i, d, d, datetime(d.year, d.month, d.day, tzinfo=timezone.utc)) for i, d in enumerate(days)]
+    spark.createDataFrame(rows, "id INT, d DATE, e DATE, t TIMESTAMP").repartition(4, "id") \
+        .write.format("delta").partitionBy("d").saveAsTable(name)
+    cases = {}
+    for col in ("d", "e"):
+        cases.update({f"SELECT * FROM {name} WHERE {col} >= DATE'1500-01-01'": 3,
+                      f"SELECT * FROM {name} WHERE {col} < DATE'1500-01-10'": 2,
+                      f"SELECT * FROM {name} WHERE {col} = DATE'1500-01-05'": 1,
+                      f"SELECT * FROM {name} WHERE {col} > DATE'1500-01-14'": 2,
+                      f"SELECT * FROM {name} WHERE {col} <= DATE'1499-12-28'": 1})
+    cases.update({f"SELECT * FROM {name} WHERE t >= TIMESTAMP'1500-01-01 00:00:00Z'": 3,
+                  f"SELECT * FROM {name} WHERE t < TIMESTAMP'1500-01-10 00:00:00Z'": 2,
+                  f"SELECT * FROM {name} WHERE t > TIMESTAMP'1500-01-14 00:00:00Z'": 2})
+    # Kernel may read such a date in another calendar: no pruning by it
+    found = {query: (_kernel_input(spark, query)[0], _spark_input(spark, query)[0]) for query in cases}
+    assert found == {query: (4, files) for query, files in cases.items()}
+    query = f"SELECT * FROM {name} WHERE d >= DATE'1583-01-01' AND t >= TIMESTAMP'1583-01-01 00:00:00Z'"
+    assert _kernel_input(spark, query) == _spark_input(spark, query)  # from 1583 on: pruned as Spark prunes
+    assert _kernel_input(spark, query)[0] == 1
