@@ -12,6 +12,7 @@ does not support, a catalog-managed table), it returns ``None`` and the caller r
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from pathlib import Path
@@ -39,7 +40,8 @@ def kernel_scan_lines(spark: SparkSession, snapshot) -> list[str] | None:
 
     ``None`` (nothing read, nothing raised) when the snapshot's file count is unknown (no checksum file for its
     version) or above :data:`MAX_FILES`, when the table's checkpoints may hold no JSON stats (see
-    :func:`_checkpoint_without_json_stats`), when Kernel's classes are missing or Kernel cannot read the table,
+    :func:`_checkpoint_without_json_stats`) or a file comes without ``stats`` (then Delta's Spark snapshot, which
+    reads a checkpoint's ``stats_parsed`` too, is the one to read), when Kernel's classes are missing or Kernel cannot read the table,
     or when Kernel's file count differs from the checksum's.
     """
     try:
@@ -57,6 +59,10 @@ def kernel_scan_lines(spark: SparkSession, snapshot) -> list[str] | None:
         return None
     if len(lines) != expected:
         log.debug("Delta Kernel found %d files where the checksum says %d", len(lines), expected)
+        return None
+    # a checkpoint written while the setting was false holds no `stats` text, whatever the setting says now
+    if any(json.loads(line)["add"].get("stats") is None for line in lines):
+        log.debug("Delta Kernel gave a file without stats at version %s", snapshot.version())
         return None
     return lines
 

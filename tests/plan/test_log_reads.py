@@ -182,3 +182,22 @@ def test_a_checkpoint_without_json_stats_still_counts_the_rows(spark, db, monkey
     stats = partition_stats(spark, name, "region", snapshot)
     assert {k: (s.files, s.rows) for k, s in stats.items()} == {"a": (2, 2), "b": (2, 2), "c": (2, 3)}
     assert stats == _spark_stats(monkeypatch, spark, name, "region", snapshot)
+
+
+def test_a_checkpoint_without_json_stats_counts_the_rows_after_the_setting_is_turned_back_on(spark, db, monkeypatch):
+    # the setting says true now, but the checkpoint Kernel replays from was written while it was false
+    name = f"{db}.struct_stats_then_json"
+    schema = "id INT, region STRING, v INT"
+    spark.sql(f"CREATE TABLE {name} ({schema}) USING delta PARTITIONED BY (region) "
+              "TBLPROPERTIES ('delta.checkpointInterval' = '2', 'delta.checkpoint.writeStatsAsJson' = 'false')")
+    spark.createDataFrame([(0, "a", 0), (1, "b", 10), (2, "c", 20)], schema).writeTo(name).append()  # version 1
+    spark.createDataFrame([(3, "a", 30), (4, "b", 40)], schema).writeTo(name).append()  # version 2, checkpointed
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.checkpoint.writeStatsAsJson' = 'true')")  # version 3
+    location = spark.sql(f"DESCRIBE DETAIL {name}").first()["location"]
+    assert Path(location.removeprefix("file:"), "_delta_log", "00000000000000000002.checkpoint.parquet").exists()
+    assert not Path(location.removeprefix("file:"), "_delta_log", "00000000000000000003.checkpoint.parquet").exists()
+    spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # replay from the checkpoint
+    snapshot = latest_snapshot(spark, name)
+    stats = partition_stats(spark, name, "region", snapshot)
+    assert {k: (s.files, s.rows) for k, s in stats.items()} == {"a": (2, 2), "b": (2, 2), "c": (1, 1)}
+    assert stats == _spark_stats(monkeypatch, spark, name, "region", snapshot)
