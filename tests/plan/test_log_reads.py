@@ -166,38 +166,40 @@ def test_kernel_reads_values_holding_unicode_line_separators(spark, db):
         ["a\u2028b", "plain"]
 
 
-def test_a_checkpoint_without_json_stats_still_counts_the_rows(spark, db, monkeypatch):
-    # such a checkpoint holds each file's statistics as a struct (stats_parsed) only: its `stats` column is null
-    name = f"{db}.struct_stats"
-    schema = "id INT, region STRING, v INT"
-    spark.sql(f"CREATE TABLE {name} ({schema}) USING delta PARTITIONED BY (region) "
+STATS_SCHEMA = "id INT, region STRING, v INT"
+
+
+def _checkpointed_without_json_stats(spark, name: str) -> str:
+    """A table whose version 2 is checkpointed with ``delta.checkpoint.writeStatsAsJson`` false: such a checkpoint
+    holds each file's statistics as a struct (stats_parsed) only, its `stats` column null. Returns its log folder."""
+    spark.sql(f"CREATE TABLE {name} ({STATS_SCHEMA}) USING delta PARTITIONED BY (region) "
               "TBLPROPERTIES ('delta.checkpointInterval' = '2', 'delta.checkpoint.writeStatsAsJson' = 'false')")
-    spark.createDataFrame([(0, "a", 0), (1, "b", 10), (2, "c", 20)], schema).writeTo(name).append()  # version 1
-    spark.createDataFrame([(3, "a", 30), (4, "b", 40)], schema).writeTo(name).append()  # version 2, checkpointed
-    spark.createDataFrame([(5, "c", 50), (6, "c", 60)], schema).coalesce(1).writeTo(name).append()  # version 3
-    location = spark.sql(f"DESCRIBE DETAIL {name}").first()["location"]
-    assert Path(location.removeprefix("file:"), "_delta_log", "00000000000000000002.checkpoint.parquet").exists()
+    spark.createDataFrame([(0, "a", 0), (1, "b", 10), (2, "c", 20)], STATS_SCHEMA).writeTo(name).append()  # v1
+    spark.createDataFrame([(3, "a", 30), (4, "b", 40)], STATS_SCHEMA).writeTo(name).append()  # v2, checkpointed
+    log_folder = Path(spark.sql(f"DESCRIBE DETAIL {name}").first()["location"].removeprefix("file:"), "_delta_log")
+    assert (log_folder / "00000000000000000002.checkpoint.parquet").exists()
+    return log_folder
+
+
+def _stats_replayed_from_the_checkpoint(spark, monkeypatch, name: str) -> dict:
     spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # replay from the checkpoint
     snapshot = latest_snapshot(spark, name)
     stats = partition_stats(spark, name, "region", snapshot)
-    assert {k: (s.files, s.rows) for k, s in stats.items()} == {"a": (2, 2), "b": (2, 2), "c": (2, 3)}
     assert stats == _spark_stats(monkeypatch, spark, name, "region", snapshot)
+    return {k: (s.files, s.rows) for k, s in stats.items()}
+
+
+def test_a_checkpoint_without_json_stats_still_counts_the_rows(spark, db, monkeypatch):
+    name = f"{db}.struct_stats"
+    _checkpointed_without_json_stats(spark, name)
+    spark.createDataFrame([(5, "c", 50), (6, "c", 60)], STATS_SCHEMA).coalesce(1).writeTo(name).append()  # v3
+    assert _stats_replayed_from_the_checkpoint(spark, monkeypatch, name) == {"a": (2, 2), "b": (2, 2), "c": (2, 3)}
 
 
 def test_a_checkpoint_without_json_stats_counts_the_rows_after_the_setting_is_turned_back_on(spark, db, monkeypatch):
     # the setting says true now, but the checkpoint Kernel replays from was written while it was false
     name = f"{db}.struct_stats_then_json"
-    schema = "id INT, region STRING, v INT"
-    spark.sql(f"CREATE TABLE {name} ({schema}) USING delta PARTITIONED BY (region) "
-              "TBLPROPERTIES ('delta.checkpointInterval' = '2', 'delta.checkpoint.writeStatsAsJson' = 'false')")
-    spark.createDataFrame([(0, "a", 0), (1, "b", 10), (2, "c", 20)], schema).writeTo(name).append()  # version 1
-    spark.createDataFrame([(3, "a", 30), (4, "b", 40)], schema).writeTo(name).append()  # version 2, checkpointed
-    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.checkpoint.writeStatsAsJson' = 'true')")  # version 3
-    location = spark.sql(f"DESCRIBE DETAIL {name}").first()["location"]
-    assert Path(location.removeprefix("file:"), "_delta_log", "00000000000000000002.checkpoint.parquet").exists()
-    assert not Path(location.removeprefix("file:"), "_delta_log", "00000000000000000003.checkpoint.parquet").exists()
-    spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # replay from the checkpoint
-    snapshot = latest_snapshot(spark, name)
-    stats = partition_stats(spark, name, "region", snapshot)
-    assert {k: (s.files, s.rows) for k, s in stats.items()} == {"a": (2, 2), "b": (2, 2), "c": (1, 1)}
-    assert stats == _spark_stats(monkeypatch, spark, name, "region", snapshot)
+    log_folder = _checkpointed_without_json_stats(spark, name)
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.checkpoint.writeStatsAsJson' = 'true')")  # v3
+    assert not (log_folder / "00000000000000000003.checkpoint.parquet").exists()
+    assert _stats_replayed_from_the_checkpoint(spark, monkeypatch, name) == {"a": (2, 2), "b": (2, 2), "c": (1, 1)}
