@@ -36,13 +36,13 @@ def kernel_scan_lines(spark: SparkSession, snapshot) -> list[str] | None:
     """The scan files of ``snapshot`` (a JVM ``org.apache.spark.sql.delta.Snapshot``) read by Delta Kernel at the
     same version, one JSON text a file (``{"add": {...}}``, the fields of :data:`SCAN_FILE_SCHEMA` as the log
     holds them: ``path`` relative to the table's root and URL-encoded, ``partitionValues`` keyed by physical name
-    under column mapping, ``stats`` the log's JSON text or absent).
+    under column mapping, ``stats`` the log's JSON text).
 
     ``None`` (nothing read, nothing raised) when the snapshot's file count is unknown (no checksum file for its
-    version) or above :data:`MAX_FILES`, when the table's checkpoints may hold no JSON stats (see
-    :func:`_checkpoint_without_json_stats`) or a file comes without ``stats`` (then Delta's Spark snapshot, which
-    reads a checkpoint's ``stats_parsed`` too, is the one to read), when Kernel's classes are missing or Kernel cannot read the table,
-    or when Kernel's file count differs from the checksum's.
+    version) or above :data:`MAX_FILES`, when a file comes without ``stats`` (a checkpoint written with
+    ``delta.checkpoint.writeStatsAsJson`` false holds them as ``stats_parsed`` only, which Kernel does not turn
+    back into ``stats`` as Delta's Spark snapshot does), when Kernel's classes are missing or Kernel cannot read
+    the table, or when Kernel's file count differs from the checksum's.
     """
     try:
         # the version's checksum file (read with the snapshot); Snapshot.numOfFilesIfKnown replays the whole log
@@ -50,8 +50,6 @@ def kernel_scan_lines(spark: SparkSession, snapshot) -> list[str] | None:
         if checksum.isEmpty() or int(checksum.get().numFiles()) > MAX_FILES:
             return None
         expected = int(checksum.get().numFiles())
-        if _checkpoint_without_json_stats(snapshot):
-            return None
         lines = scan_file_lines(spark, snapshot)
     except Exception as exc:  # Kernel missing or refusing the table: Delta's Spark snapshot reads it
         log.debug("Delta Kernel did not read the log of version %s: %s", snapshot.version(),
@@ -60,20 +58,11 @@ def kernel_scan_lines(spark: SparkSession, snapshot) -> list[str] | None:
     if len(lines) != expected:
         log.debug("Delta Kernel found %d files where the checksum says %d", len(lines), expected)
         return None
-    # a checkpoint written while the setting was false holds no `stats` text, whatever the setting says now
+    # the setting's value now says nothing of the checkpoint Kernel replayed from
     if any(json.loads(line)["add"].get("stats") is None for line in lines):
         log.debug("Delta Kernel gave a file without stats at version %s", snapshot.version())
         return None
     return lines
-
-
-def _checkpoint_without_json_stats(snapshot) -> bool:
-    """Whether ``snapshot``'s table writes its checkpoints without the ``stats`` JSON text
-    (``delta.checkpoint.writeStatsAsJson = false``): they then hold each file's statistics as a struct
-    (``stats_parsed``) only, which Kernel does not turn back into ``stats`` as Delta's Spark snapshot does, so
-    every file a checkpoint holds would come without its ``numRecords``."""
-    setting = snapshot.metadata().configuration().get("delta.checkpoint.writeStatsAsJson")
-    return bool(setting.isDefined() and str(setting.get()).strip().lower() == "false")
 
 
 def kernel_add_files(spark: SparkSession, snapshot, lines: list[str] | None = None) -> DataFrame | None:

@@ -62,11 +62,11 @@ def predicate(jvm, expr, attributes: dict, strict: bool = False):
         return None if column is None or value is None else kernel.Predicate(name, column, value)
     if kind == "In":
         return _any_equal(jvm, _column(jvm, expr.value(), attributes),
-                          [_literal(jvm, v) for v in _seq(expr.list(), MAX_IN_VALUES + 1)])
+                          [_literal(jvm, v) for v in scala_list(expr.list(), MAX_IN_VALUES + 1)])
     if kind == "InSet":  # an IN list longer than spark.sql.optimizer.inSetConversionThreshold: Catalyst's values
         data_type = expr.child().dataType()
         return _any_equal(jvm, _column(jvm, expr.child(), attributes),
-                          [_value(jvm, v, data_type) for v in _seq(expr.hset(), MAX_IN_VALUES + 1)])
+                          [_value(jvm, v, data_type) for v in scala_list(expr.hset(), MAX_IN_VALUES + 1)])
     return None
 
 
@@ -82,10 +82,10 @@ def _any_equal(jvm, column, literals: list):
     return result
 
 
-def _seq(collection, most: int) -> list:
-    """Up to ``most`` elements of a Scala collection."""
+def scala_list(collection, most: int | None = None) -> list:
+    """The elements of a Scala collection (up to ``most`` of them), through py4j."""
     out, it = [], collection.iterator()
-    while it.hasNext() and len(out) < most:
+    while it.hasNext() and (most is None or len(out) < most):
         out.append(it.next())
     return out
 

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from backfill_lib.adapters import kernel_log
 from backfill_lib.adapters.delta_log import partition_value_key
-from backfill_lib.adapters.kernel_predicate import conjunction, predicate
+from backfill_lib.adapters.kernel_predicate import conjunction, predicate, scala_list
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +73,14 @@ def kernel_input_files(spark: SparkSession, df: DataFrame) -> tuple[int, int] | 
 
 def _scan_lines(spark: SparkSession, snapshot, conditions: list, attributes: dict, limit: int) -> list[str] | None:
     """The scan files (``{"add": {...}}`` JSON, no stats) Kernel keeps of ``snapshot`` under ``conditions``;
-    ``None`` when there are more than ``limit``. A TIMESTAMP partition column with a value that names no zone
-    is left out of the predicate: Kernel would read that value in another zone than Spark's session does."""
+    ``None`` when there are more than ``limit``. A TIMESTAMP partition column the conditions name, with a value
+    that names no zone, is left out of the predicate: Kernel would read that value in another zone than Spark's
+    session does (checking it costs a second listing, so only for such a column)."""
     jvm = spark.sparkContext._jvm
     found = _predicate(jvm, conditions, attributes)
-    timestamps = _timestamp_partition_keys(snapshot) if found is not None else {}
+    referenced = {attributes.get(a.exprId().id()) for c in conditions for a in scala_list(c.references())}
+    timestamps = {name: key for name, key in _timestamp_partition_keys(snapshot).items() if name in referenced} \
+        if found is not None else {}
     if timestamps:
         # every file's values, not only the ones the predicate keeps: a file it wrongly drops is the defect
         everything = kernel_log.scan_file_lines(spark, snapshot, None, stats=False, limit=limit)
@@ -103,7 +106,7 @@ def _timestamp_partition_keys(snapshot) -> dict[str, str]:
     """``{column name: its key in partitionValues}`` for ``snapshot``'s partition columns of type TIMESTAMP
     (with a time zone; TIMESTAMP_NTZ values name none and are read so by both)."""
     metadata = snapshot.metadata()
-    partitioned = set(_seq(metadata.partitionColumns()))
+    partitioned = set(scala_list(metadata.partitionColumns()))
     return {f.name(): partition_value_key(snapshot, f.name()) for f in metadata.schema().fields()
             if f.name() in partitioned and f.dataType().typeName() == "timestamp"}
 
@@ -133,7 +136,7 @@ def _delta_scans(spark: SparkSession, df: DataFrame) -> list[tuple] | None:
                 attributes[attribute.exprId().id()] = attribute.name()
             scans.append((location.snapshotAtAnalysis(), conditions, attributes))
             continue
-        children = _seq(node.children())
+        children = scala_list(node.children())
         if not children:
             if kind not in FILELESS_LEAVES:
                 return None
@@ -143,7 +146,7 @@ def _delta_scans(spark: SparkSession, df: DataFrame) -> list[tuple] | None:
         # for the conditions above it: they must not prune here either, nor a nondeterministic condition itself
         if kind == "Filter":
             conditions = conditions + [node.condition()] if node.condition().deterministic() else []
-        elif kind != "Project" or not all(e.deterministic() for e in _seq(node.projectList())):
+        elif kind != "Project" or not all(e.deterministic() for e in scala_list(node.projectList())):
             conditions = []  # a filter above a join or an aggregate says nothing of one relation's rows either
         stack.extend((child, conditions) for child in children)
     return scans
@@ -155,10 +158,3 @@ def _location(relation):
         return relation.relation().location()
     except Exception:  # py4j: no such method on a JDBC or other source's relation
         return None
-
-
-def _seq(seq) -> list:
-    out, it = [], seq.iterator()
-    while it.hasNext():
-        out.append(it.next())
-    return out
