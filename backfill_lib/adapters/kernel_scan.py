@@ -7,8 +7,10 @@ of the optimised plan is listed by Kernel at the version Spark analysed it at, w
 down to it translated into a Kernel predicate: Kernel prunes partitions and skips files by their statistics as
 Delta does. A filter that cannot be translated is left out of the predicate (Kernel then keeps more files, never
 fewer), and so are the conditions above a nondeterministic filter or projection, which Spark does not push
-down either. Any relation that is not a Delta table (Parquet files, a Hive table, a cached or RDD relation), or
-more than :data:`~.kernel_log.MAX_FILES` files listed, makes the whole answer ``None``, and the caller asks Spark.
+down either. A read of a Delta table's Change Data Feed (``table_changes``) counts the files of the commits of
+its range (:mod:`~.change_feed_files`). Any other relation (Parquet files, a Hive table, a cached or RDD
+relation), or more than :data:`~.kernel_log.MAX_FILES` files listed, makes the whole answer ``None`` (never a
+count of part of the query), and the caller asks Spark.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 from pyspark.sql import DataFrame, SparkSession
 
 from backfill_lib.adapters import kernel_log
+from backfill_lib.adapters.change_feed_files import change_feed_files, is_change_feed
 from backfill_lib.adapters.delta_log import partition_value_key
 from backfill_lib.adapters.kernel_predicate import conjunction, predicate, scala_list
 
@@ -40,19 +43,26 @@ ZONED_VALUE = re.compile(r"(Z|[+-]\d\d(:?\d\d)?)$")
 
 def kernel_input_files(spark: SparkSession, df: DataFrame) -> tuple[int, int] | None:
     """``(files, bytes)``: the data files ``df`` reads from Delta tables after partition pruning and data
-    skipping, as Kernel finds them at each table's analysed version, and the sum of their ``size`` (bytes, from
-    the log); a file two relations read counts once. ``None`` (nothing raised) under Spark Connect, when a
-    relation of the plan is not a Delta table Kernel reads, when Kernel would list more than
-    :data:`~.kernel_log.MAX_FILES` files in all (the driver's replay is then the slower), or when Kernel or
-    Spark's internals refuse."""
+    skipping (as Kernel finds them at each table's analysed version) and from their change feeds (the files of
+    the commits a ``table_changes`` read covers, :func:`~.change_feed_files.change_feed_files`, not counted
+    against the file limit), and the sum of their ``size`` (bytes, from the log); a file read twice counts once. ``None`` (nothing raised)
+    under Spark Connect, when a relation of the plan is neither a Delta table Kernel reads nor a change feed sized
+    from its commits, when Kernel would list more than :data:`~.kernel_log.MAX_FILES` files in all (the driver's
+    replay is then the slower), or when Kernel or Spark's internals refuse."""
     jvm = spark.sparkContext._jvm if hasattr(spark, "_jsparkSession") else None
     if jvm is None:
         return None
     try:
-        scans = _delta_scans(spark, df)
-        if scans is None:
+        relations = _delta_scans(spark, df)
+        if relations is None:
             return None
+        scans, feeds = relations
         found: dict[tuple[str, str], int] = {}
+        for feed in feeds:
+            files = change_feed_files(feed)
+            if files is None:
+                return None
+            found.update(files)
         budget = kernel_log.MAX_FILES  # read here, not imported: a test lowers it
         for snapshot, conditions, attributes in scans:
             lines = _scan_lines(spark, snapshot, conditions, attributes, budget)
@@ -111,9 +121,10 @@ def _timestamp_partition_keys(snapshot) -> dict[str, str]:
             if f.name() in partitioned and f.dataType().typeName() == "timestamp"}
 
 
-def _delta_scans(spark: SparkSession, df: DataFrame) -> list[tuple] | None:
+def _delta_scans(spark: SparkSession, df: DataFrame) -> tuple[list[tuple], list] | None:
     """``(snapshot, filter conditions, {exprId: column name})`` for each Delta relation of ``df``'s plan optimised
-    without :data:`PREPARE_DELTA_SCAN`; ``None`` when a leaf is neither a Delta relation nor file-less."""
+    without :data:`PREPARE_DELTA_SCAN`, and the change feed relations (JVM ``DeltaCDFRelation``) of that plan;
+    ``None`` when a leaf is neither a Delta relation, a change feed nor file-less."""
     jvm = spark.sparkContext._jvm
     clone = spark._jsparkSession.cloneSession()  # its own conf: the exclusion touches no other thread's query
     excluded = clone.conf().get("spark.sql.optimizer.excludedRules", "")
@@ -122,10 +133,14 @@ def _delta_scans(spark: SparkSession, df: DataFrame) -> list[tuple] | None:
     plan = jvm.org.apache.spark.sql.classic.Dataset.ofRows(clone, df._jdf.queryExecution().analyzed()) \
         .queryExecution().optimizedPlan()
     scans: list[tuple] = []
+    feeds: list = []
     stack = [(plan, [])]
     while stack:
         node, conditions = stack.pop()
         kind = node.getClass().getSimpleName()
+        if kind == "LogicalRelation" and is_change_feed(node.relation()):
+            feeds.append(node.relation())  # its filters apply to change rows: all of its range's files count
+            continue
         if kind == "LogicalRelation":
             location = _location(node)
             if location is None or location.getClass().getSimpleName() != "TahoeLogFileIndex":
@@ -149,7 +164,7 @@ def _delta_scans(spark: SparkSession, df: DataFrame) -> list[tuple] | None:
         elif kind != "Project" or not all(e.deterministic() for e in scala_list(node.projectList())):
             conditions = []  # a filter above a join or an aggregate says nothing of one relation's rows either
         stack.extend((child, conditions) for child in children)
-    return scans
+    return scans, feeds
 
 
 def _location(relation):

@@ -180,7 +180,9 @@ def explain(plan: BackfillPlan) -> Group:
     total = plan.total
     src = plan.source_input
     source_line = (
-        "not file-based" if src.files is None
+        f"unknown: {src.why_unknown} (not 0 files: batches without a batch_size are sized by the target's bytes "
+        "in range)" if src.why_unknown is not None
+        else "not file-based" if src.files is None
         else f"{src.files:,} files, {human_bytes(src.bytes)} for the whole range (file metadata after pruning)"
     )
     range_line = (

@@ -58,10 +58,12 @@ class Batch:
 @dataclass(frozen=True)
 class SourceInput:
     """What the source SQL reads for the whole range: data files and their bytes (file-system metadata, after
-    partition pruning; no data read). ``None`` fields when the source is not file-based."""
+    partition pruning; no data read). ``None`` fields when the source is not file-based, or when part of what it
+    reads has no files Spark lists (``why_unknown`` says which part); never a count of part of the source."""
 
     files: int | None = None
     bytes: int | None = None
+    why_unknown: str | None = None
 
 
 @dataclass(frozen=True)

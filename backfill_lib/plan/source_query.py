@@ -85,14 +85,21 @@ def source_input(spark: SparkSession, df: DataFrame):
     """Files and bytes ``df`` would read: ``DataFrame.inputFiles()`` after partition pruning, sized from the
     file system's metadata (no data read). Returns :class:`~backfill_lib.plan.model.SourceInput`.
 
-    A query that reads only Delta tables is sized by Delta Kernel in the driver instead, from the same pruning
-    (:func:`~backfill_lib.adapters.kernel_scan.kernel_input_files`): ``inputFiles()`` lists Delta's files in a
-    Spark job."""
+    A query that reads only Delta tables and their change feeds is sized by Delta Kernel and the Delta log in
+    the driver instead, from the same pruning (:func:`~backfill_lib.adapters.kernel_scan.kernel_input_files`):
+    ``inputFiles()`` lists Delta's files in a Spark job, and none of a change feed. Otherwise, when the query
+    reads a leaf whose files ``inputFiles()`` does not list (a change feed, an RDD, a cached relation), the size
+    is unknown (``None``, with the reason): a count of the other leaves alone would be too low, and batches are
+    then sized by the target's bytes (:func:`~backfill_lib.plan.builder.batch_partitions`)."""
     from backfill_lib.adapters.kernel_scan import kernel_input_files
+    from backfill_lib.adapters.source_leaves import unlisted_leaf
 
     found = kernel_input_files(spark, df)
     if found is not None:
         return SourceInput(*found)
+    leaf = unlisted_leaf(df)
+    if leaf is not None:
+        return SourceInput(None, None, f"the query reads {leaf}, whose files Spark does not list")
     files = df.inputFiles()
     if not files:
         return SourceInput(0, 0)
