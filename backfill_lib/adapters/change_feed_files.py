@@ -86,3 +86,30 @@ def commit_files(text: str) -> dict[str, int] | None:
             return None
         files[file["path"]] = int(file["size"])  # a deletion vector's remove and add name one file: once
     return files
+
+
+def open_change_feeds(df) -> list[tuple[str, int, int]]:
+    """``(table, starting version, latest version)`` of each change feed ``df``'s analysed plan (views and
+    subqueries included) reads up to the table's latest version at analysis: no ending version, or one past the
+    latest (Delta reads up to the latest then). Such a read
+    changes with every commit, and ``VERSION AS OF`` pinning cannot reach a table named inside
+    ``table_changes(...)``. ``[]`` without a JVM plan (Spark Connect)."""
+    jdf = getattr(df, "_jdf", None)
+    found, stack = [], [] if jdf is None else [jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        if node.getClass().getSimpleName() == "LogicalRelation" and is_change_feed(node.relation()):
+            relation = node.relation()
+            latest, end = int(relation.latestVersionOfTableDuringAnalysis()), relation.endingVersion()
+            if end.isEmpty() or int(end.get()) > latest:
+                table = relation.catalogTableOpt()
+                name = (table.get().identifier().unquotedString() if table.isDefined()
+                        else str(relation.deltaLog().dataPath().toString()))
+                start = relation.startingVersion()
+                found.append((name, 0 if start.isEmpty() else int(start.get()), latest))
+            continue
+        for plans in (node.children(), node.innerChildren(), node.subqueries()):
+            iterator = plans.iterator()
+            while iterator.hasNext():
+                stack.append(iterator.next())
+    return found

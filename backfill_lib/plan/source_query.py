@@ -56,7 +56,29 @@ def source_frame(
     except PySparkException as exc:
         raise IntakeError(f"{where}: {first_line(exc)}") from exc
     refuse_escapes(df, where)
+    refuse_open_change_feeds(df, where)
     return df
+
+
+def refuse_open_change_feeds(df: DataFrame, where: str) -> None:
+    """Refuse ``df`` when it reads a Delta Change Data Feed up to the latest version (see
+    :func:`~backfill_lib.adapters.change_feed_files.open_change_feeds`): the run could not read it at one version.
+
+    Raises
+    ------
+    IntakeError
+        ``"{where}: reads the Change Data Feed of db.t up to its latest version, N ..."``.
+    """
+    from backfill_lib.adapters.change_feed_files import open_change_feeds
+
+    feeds = open_change_feeds(df)
+    if feeds:
+        table, start, latest = feeds[0]
+        raise IntakeError(
+            f"{where}: reads the Change Data Feed of {table} up to its latest version, {latest} (no ending version, "
+            "or a later one): a commit during the run would change what it reads and the run cannot pin it; give "
+            f"an ending version of at most {latest}, e.g. table_changes('{table.removeprefix('spark_catalog.')}', "
+            f"{start}, {latest})")
 
 
 def sql_literal(value) -> str:

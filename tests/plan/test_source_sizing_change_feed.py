@@ -160,3 +160,37 @@ def test_a_commits_change_files_stand_for_its_other_files():
     # a deletion vector's remove and add of one file: read once
     assert commit_files('{"remove": {"path": "a", "size": 5, "dataChange": true}}\n' + add) == {"a": 5}
     assert commit_files('{"remove": {"path": "r", "dataChange": true}}') is None  # no size: unknown, not 0
+
+
+def _cdf_request(tmp_path, db, sql: str):
+    from backfill_lib.intake.request import load_request
+    from tests.conftest import write_request
+
+    (tmp_path / "changes.sql").write_text(sql)
+    return load_request(write_request(
+        tmp_path / "r.yml", owner="ana@example.com", reason="CDF: latest change per key",
+        target={"table": f"{db}.t", "partition_column": "dt", "grain": "day"},
+        range={"start": "2024-03-09", "end": "2024-03-09"}, time_zone="UTC", strategy="recompute",
+        source={"sql": str(tmp_path / "changes.sql")}, keys=["id"]))
+
+
+def test_a_change_feed_read_up_to_the_latest_version_is_refused_it_cannot_be_pinned(spark, db, changes, tmp_path):
+    """``table_changes(t, 1)`` reads up to the latest version when it is analysed: a commit while the run stages
+    or waits to publish would change its rows, the ``VERSION AS OF`` pinning does not reach a table named in a
+    string, and nothing reported the change (an e2e run published the rows of version 5 after a commit of
+    version 6, all checks passed). An ending version at most the latest is a fixed read and runs."""
+    from backfill_lib.core.errors import IntakeError
+    from backfill_lib.plan.source_query import source_frame
+
+    for sql in (f"SELECT id, v FROM table_changes('{changes}', 1)",
+                f"SELECT id, v FROM table_changes('{changes}', 1, 9)"):  # past the latest version 4
+        request = _cdf_request(tmp_path, db, sql)
+        with pytest.raises(IntakeError) as err:
+            source_frame(spark, request, None, None)
+        assert str(err.value) == (
+            f"{tmp_path / 'changes.sql'}: reads the Change Data Feed of spark_catalog.{changes} up to its latest "
+            "version, 4 (no ending version, or a later one): a commit during the run would change what it reads "
+            f"and the run cannot pin it; give an ending version of at most 4, e.g. table_changes('{changes}', 1, 4)")
+    request = _cdf_request(tmp_path, db, f"SELECT id, v FROM table_changes('{changes}', 3, 4) "
+                                         "WHERE _change_type = 'update_postimage'")
+    assert [tuple(r) for r in source_frame(spark, request, None, None).collect()] == [(1, 11)]
