@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 
+from backfill_lib.adapters.jvm_plan import is_a, scala_list
+
 #: Delta's base class of the change feed's relation (its empty variant is an anonymous subclass).
 CHANGE_FEED_RELATION = "org.apache.spark.sql.delta.commands.cdc.DeltaCDFRelationBase"
 
@@ -20,16 +22,6 @@ CHANGE_FEED_RELATION = "org.apache.spark.sql.delta.commands.cdc.DeltaCDFRelation
 def is_change_feed(relation) -> bool:
     """Whether ``relation`` (a JVM ``BaseRelation``) is Delta's change feed relation."""
     return is_a(relation.getClass(), CHANGE_FEED_RELATION)
-
-
-def is_a(kind, name: str) -> bool:
-    """Whether the JVM class ``kind`` is the class ``name`` or extends it (by name: Delta's classes come from
-    another class loader than py4j's)."""
-    while kind is not None:
-        if kind.getName() == name:
-            return True
-        kind = kind.getSuperclass()
-    return False
 
 
 def change_feed_files(relation) -> dict[tuple[str, str], int] | None:
@@ -109,7 +101,5 @@ def open_change_feeds(df) -> list[tuple[str, int, int]]:
                 found.append((name, 0 if start.isEmpty() else int(start.get()), latest))
             continue
         for plans in (node.children(), node.innerChildren(), node.subqueries()):
-            iterator = plans.iterator()
-            while iterator.hasNext():
-                stack.append(iterator.next())
+            stack.extend(scala_list(plans))
     return found

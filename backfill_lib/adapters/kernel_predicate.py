@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datetime import date
 
+from backfill_lib.adapters.jvm_plan import scala_list
+
 #: Catalyst comparisons and the Kernel predicate of each; the second name is the comparison with its sides swapped.
 COMPARISONS = {"EqualTo": ("=", "="), "LessThan": ("<", ">"), "LessThanOrEqual": ("<=", ">="),
                "GreaterThan": (">", "<"), "GreaterThanOrEqual": (">=", "<=")}
@@ -80,14 +82,6 @@ def _any_equal(jvm, column, literals: list):
     for value in literals[1:]:
         result = kernel.Predicate("OR", result, kernel.Predicate("=", column, value))
     return result
-
-
-def scala_list(collection, most: int | None = None) -> list:
-    """The elements of a Scala collection (up to ``most`` of them), through py4j."""
-    out, it = [], collection.iterator()
-    while it.hasNext() and (most is None or len(out) < most):
-        out.append(it.next())
-    return out
 
 
 def _column(jvm, expr, attributes: dict):

@@ -24,7 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from backfill_lib.adapters import kernel_log
 from backfill_lib.adapters.change_feed_files import change_feed_files, is_change_feed
 from backfill_lib.adapters.delta_log import partition_value_key
-from backfill_lib.adapters.kernel_predicate import conjunction, predicate, scala_list
+from backfill_lib.adapters.jvm_plan import scala_list
+from backfill_lib.adapters.kernel_predicate import conjunction, predicate
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +43,13 @@ ZONED_VALUE = re.compile(r"(Z|[+-]\d\d(:?\d\d)?)$")
 
 
 def kernel_input_files(spark: SparkSession, df: DataFrame) -> tuple[int, int] | None:
-    """``(files, bytes)``: the data files ``df`` reads from Delta tables after partition pruning and data
-    skipping (as Kernel finds them at each table's analysed version) and from their change feeds (the files of
-    the commits a ``table_changes`` read covers, :func:`~.change_feed_files.change_feed_files`, not counted
-    against the file limit), and the sum of their ``size`` (bytes, from the log); a file read twice counts once. ``None`` (nothing raised)
-    under Spark Connect, when a relation of the plan is neither a Delta table Kernel reads nor a change feed sized
-    from its commits, when Kernel would list more than :data:`~.kernel_log.MAX_FILES` files in all (the driver's
-    replay is then the slower), or when Kernel or Spark's internals refuse."""
+    """``(files, bytes)``: the data files ``df`` reads from Delta tables after partition pruning and data skipping
+    (as Kernel finds them at each table's analysed version) and from their change feeds (the files of the commits a
+    ``table_changes`` read covers, :func:`~.change_feed_files.change_feed_files`, not counted against the file
+    limit), and the sum of their ``size`` (bytes, from the log); a file read twice counts once. ``None`` (nothing
+    raised) under Spark Connect, when a relation of the plan is neither a Delta table Kernel reads nor a change feed
+    sized from its commits, when Kernel would list more than :data:`~.kernel_log.MAX_FILES` files in all (the
+    driver's replay is then the slower), or when Kernel or Spark's internals refuse."""
     jvm = spark.sparkContext._jvm if hasattr(spark, "_jsparkSession") else None
     if jvm is None:
         return None

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from backfill_lib.adapters.change_feed_files import is_a
-from backfill_lib.adapters.kernel_predicate import scala_list
+from backfill_lib.adapters.jvm_plan import is_a, scala_list
 from backfill_lib.adapters.kernel_scan import FILELESS_LEAVES
 
 #: Data Source V2 tables whose files ``inputFiles()`` lists.

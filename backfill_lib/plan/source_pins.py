@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 
+from backfill_lib.adapters.jvm_plan import scala_list
 from backfill_lib.core.checks import Check
 from backfill_lib.core.table_names import catalog_table, is_absolute_path, path_table, split_table_name, table_path
 from backfill_lib.intake.request import BackfillRequest
@@ -54,13 +55,6 @@ def _jvm_session(spark: SparkSession):
     return getattr(spark, "_jsparkSession", None)
 
 
-def _scala_list(seq) -> list:
-    out, it = [], seq.iterator()
-    while it.hasNext():
-        out.append(it.next())
-    return out
-
-
 def parsed_relations(spark: SparkSession, text: str) -> tuple[list[tuple[str, list[str], int | None, int | None]],
                                                                 set[int]] | None:
     """The table references of ``text`` Spark's parser finds, as ``(key, name parts, start, stop)`` (inclusive
@@ -79,20 +73,20 @@ def parsed_relations(spark: SparkSession, text: str) -> tuple[list[tuple[str, li
         node = stack.pop()
         kind = node.getClass().getSimpleName()
         if kind == "UnresolvedWith":
-            ctes.update(pair._1().lower() for pair in _scala_list(node.cteRelations()))
+            ctes.update(pair._1().lower() for pair in scala_list(node.cteRelations()))
         elif kind == "SubqueryAlias" and node.child().getClass().getSimpleName() == "UnresolvedRelation":
             start = node.child().origin().startIndex()
             if start.isDefined():
                 aliased.add(int(start.get()))
         elif kind == "UnresolvedRelation":
-            parts = [str(p) for p in _scala_list(node.multipartIdentifier())]
+            parts = [str(p) for p in scala_list(node.multipartIdentifier())]
             origin = node.origin()
             start, stop = origin.startIndex(), origin.stopIndex()
             same_text = origin.sqlText().isDefined() and origin.sqlText().get() == text
             found.append((table_key(parts), parts, int(start.get()) if start.isDefined() and same_text else None,
                           int(stop.get()) if stop.isDefined() and same_text else None))
         # children, plus CTE definitions and subquery expressions (a plan's innerChildren)
-        stack.extend(_scala_list(node.children()) + _scala_list(node.innerChildren()))
+        stack.extend(scala_list(node.children()) + scala_list(node.innerChildren()))
     return [r for r in found if not (len(r[1]) == 1 and r[1][0].lower() in ctes)], aliased
 
 
@@ -185,7 +179,7 @@ def _parts_of(spark: SparkSession, name: str) -> list[str]:
     jss = _jvm_session(spark)
     if jss is not None:
         try:
-            return [str(p) for p in _scala_list(jss.sessionState().sqlParser().parseMultipartIdentifier(name))]
+            return [str(p) for p in scala_list(jss.sessionState().sqlParser().parseMultipartIdentifier(name))]
         except Exception:  # not a name Spark parses: read as written, Spark's error comes when it is read
             pass
     path = table_path(name)
@@ -285,7 +279,7 @@ def _touching_commits(spark: SparkSession, source: SourceVersion, latest: int, b
             if version > latest:
                 break
             seen.append(version)
-            for action in _scala_list(commit._2()):
+            for action in scala_list(commit._2()):
                 kind = action.getClass().getSimpleName()
                 if kind not in ("AddFile", "RemoveFile"):
                     continue
