@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 
 from pyspark.sql import SparkSession
@@ -21,6 +21,7 @@ from backfill_lib.core.errors import (
     AbandonedError,
     CancelledError,
     GateFailedError,
+    LeaseError,
     PublishError,
     RequestError,
     RolledBackError,
@@ -150,9 +151,9 @@ class Runner:
             record = self.ledger.record_run(run_record(plan), "planned")
             if on_durable:
                 self.ledger.when_committed(self.ledger.recorded(), lambda: on_durable(plan.run_id))
-            if leased:
-                self._confirm_lease(plan, record)
-            return self._execute(plan, record, until)
+            # Confirmed while the first batch reads its source: each batch waits for it before its first write.
+            confirmed = self._confirming(plan) if leased else None
+            return self._execute(plan, record, until, confirmed)
 
     def _lease(self, plan: BackfillPlan, planned_seq: int):
         from backfill_lib.core.leases import make_lease
@@ -200,7 +201,6 @@ class Runner:
         """Refuse ``plan`` if another run holds an overlapping range of its target."""
         import time
 
-        from backfill_lib.core.errors import LeaseError
         from backfill_lib.core.leases import holding, refusal
 
         hours = self.settings.lease_hours
@@ -209,22 +209,32 @@ class Runner:
         if held:
             raise LeaseError(f"{plan.request_path}: {refusal(mine, held, hours)}")
 
-    def _confirm_lease(self, plan: BackfillPlan, record: dict) -> None:
+    def _confirming(self, plan: BackfillPlan) -> Future:
+        """Start :meth:`_confirm_lease` in a thread; the future's result is its refusal (``None``: confirmed).
+        :meth:`_execute` awaits it before the run's first write and before recording how the run ended."""
+        confirmed: Future = Future()
+
+        def confirm() -> None:
+            try:
+                confirmed.set_result(self._confirm_lease(plan))
+            except BaseException as exc:  # a failed ledger read: the run's own thread raises it
+                confirmed.set_exception(exc)
+
+        threading.Thread(target=confirm, name=f"{plan.run_id}-lease", daemon=True).start()
+        return confirmed
+
+    def _confirm_lease(self, plan: BackfillPlan) -> str | None:
         """After the ``planned`` event is committed: when an overlapping run recorded its plan earlier (both
-        passed :meth:`_take_turn` at once), this one withdraws (recorded ``abandoned``) and raises ``LeaseError``."""
-        from backfill_lib.core.errors import LeaseError
+        passed :meth:`_take_turn` at once), the refusal that withdraws this one; else ``None``."""
         from backfill_lib.core.leases import holding, refusal
 
         leases = self.ledger.leases(plan.target_table)  # flushes first: the planned event is committed before the read
         own = next((lease for lease in leases if lease.run_id == plan.run_id), None)
         if own is None:
-            return
+            return None
         earlier = [lease for lease in holding(leases, own, utc_now(), self.settings.lease_hours)
                    if (lease.planned_seq, lease.run_id) < (own.planned_seq, own.run_id)]
-        if earlier:
-            message = refusal(own, earlier, self.settings.lease_hours)
-            self.ledger.record_run(record, "abandoned", message=f"withdrawn at start: {message}")
-            raise LeaseError(f"{plan.request_path}: {message}")
+        return refusal(own, earlier, self.settings.lease_hours) if earlier else None
 
     def abandon(self, run_id: str, reason: str) -> str:
         """Record ``run_id`` ``abandoned`` with ``reason``, releasing its lease; return what was done. Staging is
@@ -289,16 +299,37 @@ class Runner:
         with self.ledger.durable():
             return self._execute(plan, record, until)
 
-    def _execute(self, plan: BackfillPlan, record: dict, until: str | None) -> RunResult:
+    def _execute(self, plan: BackfillPlan, record: dict, until: str | None,
+                 confirmed: Future | None = None) -> RunResult:
         """Run the stages left for ``plan`` with the session in the plan's time zone (the request's), whatever
         the settings' zone: a run, a resume, a mart's child run and the monitor analyse every SQL in it.
-        Whatever stops the run leaves it in a final or resumable status."""
+        Whatever stops the run leaves it in a final or resumable status. ``confirmed``: a fresh run's lease
+        confirmation (:meth:`_confirming`), awaited before the first write and before any failure is recorded."""
         reporter = Reporter(self.console, plan.run_id)
         approved = self.approved_by or record.get("approved_by") or plan.approved_by
         plan = replace(plan, approved_by=approved) if approved else plan
+
+        def ready() -> None:
+            refused = confirmed.result() if confirmed is not None else None  # raises a failed ledger read
+            if refused:
+                raise LeaseError(f"{plan.request_path}: {refused}")
+
         with session_time_zone(self.spark, plan.session_time_zone, f"run {plan.run_id}"):
             try:
-                return self._stages(plan, record, until, reporter)
+                try:
+                    return self._stages(plan, record, until, reporter, ready)
+                except BaseException:
+                    # Withdrawn: whatever else stopped the run meanwhile (nothing was written), the lease is the
+                    # run's error, and "abandoned" its last event (the run's thread records it, after its others).
+                    refused = (confirmed.result() if confirmed is not None and confirmed.exception() is None
+                               else None)
+                    if refused:
+                        self.ledger.record_run(self.ledger.last_recorded(plan.run_id) or record, "abandoned",
+                                               message=f"withdrawn at start: {refused}")
+                        raise LeaseError(f"{plan.request_path}: {refused}") from None
+                    raise
+            except LeaseError:
+                raise  # withdrawn by the lease confirmation: recorded above
             except GateFailedError:
                 self.write_report(plan)
                 raise
@@ -313,7 +344,8 @@ class Runner:
                                        message=failure_message(exc), resumable=resumable_failure(exc))
                 raise
 
-    def _stages(self, plan: BackfillPlan, record: dict, until: str | None, reporter: Reporter) -> RunResult:
+    def _stages(self, plan: BackfillPlan, record: dict, until: str | None, reporter: Reporter,
+                ready=lambda: None) -> RunResult:
         # A run still "planned" has staged nothing, so it cannot have committed; any other may have (the events
         # after the plan are written behind), so publishing first looks for this run's commit.
         resumed = record["status"] != "planned"
@@ -335,7 +367,9 @@ class Runner:
                 # Staging in the write zone is seen by every thread of the session: the rules' sources are read
                 # in the run's zone first.
                 wait([f for side in sources.values() for f in side])
-            staged = stage(self.spark, self.settings, self.ledger, self.cancelled, plan, casts, reporter, resumed)
+            staged = stage(self.spark, self.settings, self.ledger, self.cancelled, plan, casts, reporter, resumed,
+                           ready)
+            ready()  # already resolved when a batch wrote; no later stage starts before it
             record = self.ledger.record_run(record, "staged")
             self._stop_if_cancelled(plan, "after staging")
             record = self.ledger.record_run(record, "validating")

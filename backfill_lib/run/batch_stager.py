@@ -12,6 +12,7 @@ import contextlib
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timezone
+from typing import Callable
 
 from pyspark.sql import SparkSession
 
@@ -43,11 +44,15 @@ class BatchStager:
     """Stages the batches of one plan; ``cancel`` (from a signal handler or another thread) stops it between
     batches."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, ledger: Ledger, cancelled: threading.Event):
+    def __init__(self, spark: SparkSession, settings: Settings, ledger: Ledger, cancelled: threading.Event,
+                 ready: Callable[[], None] = lambda: None):
+        """``ready`` is called before each batch writes its first row (after its source is read and its rows
+        counted) and raises to stop the run before anything is written: the runner's lease confirmation."""
         self.spark = spark
         self.settings = settings
         self.ledger = ledger
         self.cancelled = cancelled
+        self.ready = ready
 
     def stage(self, plan: BackfillPlan, casts: tuple[ColumnCast, ...], reporter: Reporter,
               done: dict[str, int]) -> dict[str, int]:
@@ -137,6 +142,7 @@ class BatchStager:
         label = batch_label(plan, batch)
 
         def before_write() -> None:
+            self.ready()
             self.ledger.wait_committed(durable_at)
             crash_point("before_stage", batch.index)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 from pyspark.sql import SparkSession
 
@@ -26,8 +27,10 @@ class Staged:
 
 
 def stage(spark: SparkSession, settings: Settings, ledger: Ledger, cancelled: threading.Event, plan: BackfillPlan,
-          casts: tuple[ColumnCast, ...], reporter: Reporter, resumed: bool) -> Staged:
-    """Stage ``plan``'s batches (a ``resumed`` run skips the partitions the ledger has as staged).
+          casts: tuple[ColumnCast, ...], reporter: Reporter, resumed: bool,
+          ready: Callable[[], None] = lambda: None) -> Staged:
+    """Stage ``plan``'s batches (a ``resumed`` run skips the partitions the ledger has as staged); each batch
+    calls ``ready()`` before it writes its first row (what it raises stops the run, nothing written by that batch).
 
     Raises
     ------
@@ -37,5 +40,5 @@ def stage(spark: SparkSession, settings: Settings, ledger: Ledger, cancelled: th
         The first batch error (stray rows, duplicate keys, a conflict that did not clear).
     """
     done = ledger.staged_rows(plan.run_id) if resumed else {}  # a fresh run staged nothing yet
-    rows = BatchStager(spark, settings, ledger, cancelled).stage(plan, casts, reporter, done)
+    rows = BatchStager(spark, settings, ledger, cancelled, ready).stage(plan, casts, reporter, done)
     return Staged(plan, casts, rows)

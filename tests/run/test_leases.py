@@ -105,6 +105,45 @@ def test_cleanup_drops_only_staging_of_final_runs_past_the_age_and_outside_the_r
 
 # --- Spark --------------------------------------------------------------------------------------------------
 
+def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_writing(
+        spark, settings, db, tmp_path, make_runner, monkeypatch):
+    # Both runs pass the first check at once; the later ``planned`` event withdraws. The confirmation runs while
+    # the first batch reads its source, so this checks no batch writes before it and the run ends abandoned.
+    from backfill_lib.adapters.delta_log import current_version
+    from backfill_lib.core.errors import LeaseError
+    from backfill_lib.run.ledger import Ledger, run_record
+    from backfill_lib.runner import Runner, prepare
+    from tests.fixtures import D8, D9, D10, FULL_SOURCE, events_request, make_events
+
+    make_events(spark, db, FULL_SOURCE)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, _ = prepare(spark, settings, events_request(tmp_path / "a", db, start=D8, end=D9), run_id="race_first")
+    second_request = events_request(tmp_path / "b", db, start=D9, end=D10)
+    second, state = prepare(spark, settings, second_request, run_id="race_second")
+    other = Ledger(spark, settings.ledger_schema)  # the other process's ledger writer
+    checked = Runner._take_turn
+
+    def other_run_plans_meanwhile(self, plan):
+        checked(self, plan)
+        other.record_run(run_record(first), "planned")
+        other.flush()
+
+    monkeypatch.setattr(Runner, "_take_turn", other_run_plans_meanwhile)
+    with pytest.raises(LeaseError) as err:
+        make_runner().run(second, state)
+    assert str(err.value).startswith(
+        f"{second_request}: table {db}.events: run race_first (owner ana@example.com, status planned) holds "
+        "[2024-03-08, 2024-03-10) UTC, which overlaps this run's [2024-03-09, 2024-03-11) UTC; finish it")
+    after = other.run("race_second")
+    assert (after["status"], after["message"].split(": run ")[0]) == (
+        "abandoned", f"withdrawn at start: table {db}.events")
+    assert not spark.catalog.tableExists(second.staging_table)  # no batch wrote
+    assert current_version(spark, f"{db}.events") == 0
+    monkeypatch.undo()
+    assert make_runner().abandon("race_first", "test done").startswith("run race_first (planned) abandoned")
+
+
 def test_a_second_overlapping_run_is_refused_until_the_first_is_final(spark, settings, db, tmp_path, make_runner):
     from backfill_lib.adapters.delta_log import current_version
     from backfill_lib.core.errors import LeaseError, PublishError
