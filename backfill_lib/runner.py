@@ -113,7 +113,8 @@ class Runner:
         LeaseError
             When another run that is not final holds an overlapping range of the target (see
             :mod:`backfill_lib.core.leases`; not with :attr:`concurrent`), before anything is staged; or when such
-            a run recorded its plan first, at the same moment (this run is then recorded ``abandoned``).
+            a run recorded its plan first, at the same moment (this run is then recorded ``abandoned``; found
+            while the first batch reads its source, before any batch writes).
         GateFailedError
             When an expectation or reconciliation fails; the target is untouched.
         PublishError, FenceError

@@ -136,11 +136,18 @@ def selection_text(plan: BackfillPlan) -> str:
     return "\n".join([head, *(f"  {line}" for line in sel.describe())])
 
 
+#: The pins line of a query that names no Delta table outside ``table_changes(...)``: a change feed's versions
+#: are fixed by the query itself (intake refuses one read up to the latest version).
+NO_PINS = "none (the query names no Delta table outside table_changes, whose version range the query fixes)"
+
+
 def _pins_line(plan: BackfillPlan) -> str:
     pins = plan.source_versions
     if pins is None:
         return "pinned when the run starts"
-    listed = ", ".join(f"{s.table} version {s.version}" for s in pins) or "none (no Delta table named)"
+    if not pins:
+        return NO_PINS
+    listed = ", ".join(f"{s.table} version {s.version}" for s in pins)
     return f"{listed} (read at these versions for the whole run; the run pins them again when it starts)"
 
 

@@ -26,6 +26,7 @@ from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import key_order
 from backfill_lib.core.settings import Settings
+from backfill_lib.plan.explain import NO_PINS
 from backfill_lib.plan.model import plan_from_summary
 from backfill_lib.report.documents import RunDocument, partition_rows, run_document, write_summary
 from backfill_lib.report.render import (
@@ -47,7 +48,7 @@ from backfill_lib.validate.reconcile import metric_per_partition
 def _pins(pins: list[dict] | None) -> str:
     if pins is None:
         return "not pinned"
-    return ", ".join(f"{p['table']} version {p['version']}" for p in pins) or "none (no Delta table named)"
+    return ", ".join(f"{p['table']} version {p['version']}" for p in pins) or NO_PINS
 
 
 def _is_row_count(metric: str) -> bool:

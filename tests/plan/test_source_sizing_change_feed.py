@@ -152,6 +152,15 @@ def test_the_dry_run_says_why_the_source_size_is_unknown():
         "without a batch_size are sized by the target's bytes in range)")
 
 
+def test_the_dry_run_does_not_say_no_table_is_named_when_only_a_change_feed_is_read():
+    # table_changes('src.events', 1, 4) pins nothing (its range is fixed): "no Delta table named" was false
+    console = Console(record=True, width=300, file=open("/dev/null", "w"))
+    console.print(explain(dataclasses.replace(plan_for(state()), source_versions=())))
+    line = next(line for line in console.export_text().splitlines() if line.startswith("source versions"))
+    assert line.split(None, 2)[2].rstrip() == (
+        "none (the query names no Delta table outside table_changes, whose version range the query fixes)")
+
+
 def test_a_commits_change_files_stand_for_its_other_files():
     add = '{"add": {"path": "a", "size": 5, "dataChange": true}}'
     compaction = '{"add": {"path": "b", "size": 7, "dataChange": false}}'
