@@ -153,7 +153,7 @@ class Runner:
             if on_durable:
                 self.ledger.when_committed(self.ledger.recorded(), lambda: on_durable(plan.run_id))
             # Confirmed while the first batch reads its source: each batch waits for it before its first write.
-            confirmed = self._confirming(plan) if leased else None
+            confirmed = self._confirming(plan, self.ledger.recorded()) if leased else None
             return self._execute(plan, record, until, confirmed)
 
     def _lease(self, plan: BackfillPlan, planned_seq: int):
@@ -210,26 +210,28 @@ class Runner:
         if held:
             raise LeaseError(f"{plan.request_path}: {refusal(mine, held, hours)}")
 
-    def _confirming(self, plan: BackfillPlan) -> Future:
+    def _confirming(self, plan: BackfillPlan, planned_seq: int) -> Future:
         """Start :meth:`_confirm_lease` in a thread; the future's result is its refusal (``None``: confirmed).
         :meth:`_execute` awaits it before the run's first write and before recording how the run ended."""
         confirmed: Future = Future()
 
         def confirm() -> None:
             try:
-                confirmed.set_result(self._confirm_lease(plan))
+                confirmed.set_result(self._confirm_lease(plan, planned_seq))
             except BaseException as exc:  # a failed ledger read: the run's own thread raises it
                 confirmed.set_exception(exc)
 
         threading.Thread(target=confirm, name=f"{plan.run_id}-lease", daemon=True).start()
         return confirmed
 
-    def _confirm_lease(self, plan: BackfillPlan) -> str | None:
-        """After the ``planned`` event is committed: when an overlapping run recorded its plan earlier (both
-        passed :meth:`_take_turn` at once), the refusal that withdraws this one; else ``None``."""
+    def _confirm_lease(self, plan: BackfillPlan, planned_seq: int) -> str | None:
+        """Once the ``planned`` event (``planned_seq``) is committed: when an overlapping run recorded its plan
+        earlier (both passed :meth:`_take_turn` at once), the refusal that withdraws this one; else ``None``."""
         from backfill_lib.core.leases import holding, refusal
 
-        leases = self.ledger.leases(plan.target_table)  # flushes first: the planned event is committed before the read
+        # Only the plan's own commit is waited for: the staging events recorded meanwhile commit behind it.
+        self.ledger.wait_committed(planned_seq)
+        leases = self.ledger.leases(plan.target_table, flush=False)
         own = next((lease for lease in leases if lease.run_id == plan.run_id), None)
         if own is None:
             return None

@@ -119,18 +119,21 @@ class Ledger(EventWriter):
         self.flush()
         return self._fold_runs(self.spark.table(self.table("runs")))
 
-    def leases(self, table: str) -> list:
+    def leases(self, table: str, flush: bool = True) -> list:
         """The :class:`~backfill_lib.core.leases.Lease` of every run of ``table`` (any spelling) whose latest
         status is not final (not in :data:`~backfill_lib.core.leases.RELEASED`); expired ones and failed runs that
         hold none (:attr:`~backfill_lib.core.leases.Lease.held`) included.
 
         One read of the ``runs`` table, folded once (each run's first ``seq`` taken in the same fold), of the events
         of ``table`` only: the ledger stores a run's target in its canonical spelling, whose lower-cased form is
-        :func:`~backfill_lib.core.table_names.same_table_key`'s, so SQL filters on it before folding."""
+        :func:`~backfill_lib.core.table_names.same_table_key`'s, so SQL filters on it before folding.
+
+        ``flush=False`` reads what is committed without waiting for this process's queued events."""
         from backfill_lib.core.leases import RELEASED, lease_of
         from backfill_lib.core.table_names import same_table_key
 
-        self.flush()
+        if flush:
+            self.flush()
         key = same_table_key(table)
         runs = self.spark.table(self.table("runs"))
         if key.isascii():  # Spark's and Python's lower-casing agree on ASCII; other names are compared below only
