@@ -229,8 +229,9 @@ class Runner:
         earlier (both passed :meth:`_take_turn` at once), the refusal that withdraws this one; else ``None``."""
         from backfill_lib.core.leases import holding, refusal
 
-        # Only the plan's own commit is waited for: the staging events recorded meanwhile commit behind it.
-        self.ledger.wait_committed(planned_seq)
+        # The plan commits with the run's first staging events, in the burst staging starts
+        # (BatchStager.stage calls write_now): one ledger commit fewer than committing the plan alone first.
+        self.ledger.wait_committed(planned_seq, hurry=False)
         leases = self.ledger.leases(plan.target_table, flush=False)
         own = next((lease for lease in leases if lease.run_id == plan.run_id), None)
         if own is None:
@@ -324,6 +325,7 @@ class Runner:
                 except BaseException:
                     # Withdrawn: whatever else stopped the run meanwhile (nothing was written), the lease is the
                     # run's error, and "abandoned" its last event (the run's thread records it, after its others).
+                    self.ledger.write_now()  # a run stopped before staging: the confirmation waits for this commit
                     refused = (confirmed.result() if confirmed is not None and confirmed.exception() is None
                                else None)
                     if refused:

@@ -146,9 +146,11 @@ class EventWriter:
         with self._cond:
             return self._seq
 
-    def wait_committed(self, seq: int) -> None:
+    def wait_committed(self, seq: int, hurry: bool = True) -> None:
         """Wait until every event up to ``seq`` (from :meth:`recorded`) is committed; events recorded later keep
-        lingering unless the writer takes them along. Safe from several threads at once.
+        lingering unless the writer takes them along. Safe from several threads at once. ``hurry=False`` leaves
+        the writer lingering: the wait ends with the next commit another call starts (:meth:`write_now`,
+        :meth:`flush`), so those events share it.
 
         Raises
         ------
@@ -157,7 +159,7 @@ class EventWriter:
         """
         with self._cond:
             while self._committed < seq and not self._lost(seq):
-                if not self._hurry and any(row["seq"] <= seq for _, row in self._queue):
+                if hurry and not self._hurry and any(row["seq"] <= seq for _, row in self._queue):
                     self._hurry = True  # still queued: stop lingering
                     self._cond.notify_all()
                 self._cond.wait()
