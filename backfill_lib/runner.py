@@ -63,6 +63,15 @@ def _same_request(stored: dict, request: BackfillRequest) -> bool:
         return False
 
 
+def _refusal(confirmed: Future | None, raise_failed_read: bool = True) -> str | None:
+    """The refusal a lease confirmation (:meth:`Runner._confirming`) resolved to, waiting for it; ``None`` when
+    it confirmed the lease or there is none. A failed ledger read is raised, or (``raise_failed_read=False``,
+    where another error is on its way out already) taken as no refusal."""
+    if confirmed is None or (not raise_failed_read and confirmed.exception() is not None):
+        return None
+    return confirmed.result()
+
+
 class Runner:
     """Runs plans on one SparkSession, recording in one ledger, reporting through one console.
 
@@ -314,7 +323,7 @@ class Runner:
         plan = replace(plan, approved_by=approved) if approved else plan
 
         def ready() -> None:
-            refused = confirmed.result() if confirmed is not None else None  # raises a failed ledger read
+            refused = _refusal(confirmed)
             if refused:
                 raise LeaseError(f"{plan.request_path}: {refused}")
 
@@ -326,8 +335,7 @@ class Runner:
                     # Withdrawn: whatever else stopped the run meanwhile (nothing was written), the lease is the
                     # run's error, and "abandoned" its last event (the run's thread records it, after its others).
                     self.ledger.write_now()  # a run stopped before staging: the confirmation waits for this commit
-                    refused = (confirmed.result() if confirmed is not None and confirmed.exception() is None
-                               else None)
+                    refused = _refusal(confirmed, raise_failed_read=False)
                     if refused:
                         self.ledger.record_run(self.ledger.last_recorded(plan.run_id) or record, "abandoned",
                                                message=f"withdrawn at start: {refused}")
@@ -374,7 +382,7 @@ class Runner:
                 wait([f for side in sources.values() for f in side])
             staged = stage(self.spark, self.settings, self.ledger, self.cancelled, plan, casts, reporter, resumed,
                            ready)
-            ready()  # already resolved when a batch wrote; no later stage starts before it
+            ready()  # resolved already when a batch wrote; this guards a plan with no batch to write
             record = self.ledger.record_run(record, "staged")
             self._stop_if_cancelled(plan, "after staging")
             record = self.ledger.record_run(record, "validating")
