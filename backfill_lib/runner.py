@@ -166,13 +166,14 @@ class Runner:
             return self._execute(plan, record, until, confirmed)
 
     def _lease(self, plan: BackfillPlan, planned_seq: int):
-        from backfill_lib.core.leases import make_lease
+        from backfill_lib.core.leases import in_instants, make_lease
 
         r = plan.request
         return make_lease(plan.run_id, plan.target_table, r.owner, "planned",
                           whole=r.strategy.whole_table or r.range is None, start=plan.range_start,
                           end=plan.range_end, time_zone=r.time_zone, planned_seq=planned_seq,
-                          last_event_at=utc_now())
+                          last_event_at=utc_now(), wall_clock=not in_instants(dict(r.target)),
+                          location=plan.target_location)
 
     def wait_for(self, run_id: str, table: str | None = None) -> str:
         """Wait until ``run_id`` is final or its lease expired (``--after``; checked every
@@ -215,7 +216,8 @@ class Runner:
 
         hours = self.settings.lease_hours
         mine = self._lease(plan, time.time_ns())
-        held = holding(self.ledger.leases(plan.target_table), mine, utc_now(), hours)
+        held = holding(self.ledger.leases(plan.target_table, location=plan.target_location), mine, utc_now(),
+                       hours)
         if held:
             raise LeaseError(f"{plan.request_path}: {refusal(mine, held, hours)}")
 
@@ -241,7 +243,7 @@ class Runner:
         # The plan commits with the run's first staging events, in the burst staging starts
         # (BatchStager.stage calls write_now): one ledger commit fewer than committing the plan alone first.
         self.ledger.wait_committed(planned_seq, hurry=False)
-        leases = self.ledger.leases(plan.target_table, flush=False)
+        leases = self.ledger.leases(plan.target_table, flush=False, location=plan.target_location)
         own = next((lease for lease in leases if lease.run_id == plan.run_id), None)
         if own is None:
             return None

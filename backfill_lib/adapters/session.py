@@ -18,7 +18,7 @@ import threading
 
 from pyspark.sql import SparkSession
 
-from backfill_lib.core.errors import IntakeError
+from backfill_lib.core.errors import HomeInUseError, IntakeError
 from backfill_lib.core.platform import check_session_spark
 from backfill_lib.core.settings import Settings
 
@@ -205,6 +205,37 @@ SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240
 SHORT_LIVED_OPTIONS = {"spark.sql.adaptive.enabled": "false"}
 
 
+def refuse_a_home_in_use(settings: Settings) -> None:
+    """Refuse to start the local default on a home another process has open.
+
+    Derby holds a lock on ``metastore_db/dbex.lck`` while a JVM has the metastore booted; a second JVM on the same
+    home fails only at its first catalog read, after tens of thousands of lines of Derby and DataNucleus stack
+    traces. The lock is tested (taken and at once released) before any JVM starts; two processes starting in the
+    same instant can still both pass.
+
+    Raises
+    ------
+    HomeInUseError
+        When another process holds the lock, naming the home and the metastore folder.
+    """
+    import fcntl
+
+    lock = settings.metastore_dir / "dbex.lck"
+    try:
+        handle = open(lock, "rb+")
+    except OSError:
+        return  # no metastore yet, or none booted since the folder was made
+    with handle:
+        try:
+            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise HomeInUseError(
+                f"home {settings.home.resolve()} is in use by another process: its Derby metastore "
+                f"({settings.metastore_dir}) admits one process at a time; wait for that process to end, or give "
+                "this one another home (BACKFILL_HOME) or a shared metastore (see \"Running on clusters\")") from None
+        fcntl.lockf(handle, fcntl.LOCK_UN)
+
+
 def build_local_session(settings: Settings, short_lived: bool = False) -> SparkSession:
     """Build the embedded default: local master, Delta, warehouse and Derby metastore under ``settings.home``;
     ``short_lived`` adds :data:`SHORT_LIVED_JVM_OPTIONS` after the driver's Java options (the settings' own too)
@@ -219,6 +250,7 @@ def build_local_session(settings: Settings, short_lived: bool = False) -> SparkS
         FETCHING_LINE, RESOLUTION_OPTIONS, cached_jars, delta_package, ivy_home, remember_jars,
     )
 
+    refuse_a_home_in_use(settings)
     settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
     home = settings.home.resolve()
     log4j = home / "log4j2.properties"

@@ -43,6 +43,11 @@ class ConfigError(BackfillError):
     exit_code = 2
 
 
+class HomeInUseError(ConfigError):
+    """Another process has the local default's home open: its embedded Derby metastore admits one process at a
+    time. Exit code 2; nothing was started or written."""
+
+
 class PlatformError(ConfigError):
     """The Python environment or the session has a Spark or Delta release the product does not support, or
     lacks one (:mod:`backfill_lib.core.platform`). Exit code 2."""

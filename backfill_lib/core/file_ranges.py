@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 
-from backfill_lib.core.partitions import Grain, Partition, zone
+from backfill_lib.core.partitions import Grain, Partition, hour_start, next_hour_start, zone
 from backfill_lib.core.table_state import PartitionStats
 
 #: Delta truncates timestamp statistics to milliseconds; a file's true maximum is below ``max + 1 ms``.
@@ -149,9 +149,9 @@ def partitions_of_files(files, grain: Grain, time_zone: str, timestamps: bool) -
     if not lows:
         return None
     low, high = min(lows), max(highs)
-    if grain is Grain.HOUR:  # the local hour of the lowest value (hours start off the UTC hour in some zones)
-        start = low.astimezone(zone(time_zone)).replace(minute=0, second=0, microsecond=0).astimezone(timezone.utc)
-        return start, high.astimezone(timezone.utc) + timedelta(hours=1)
+    if grain is Grain.HOUR:  # local hours: they start off the UTC hour in some zones, and some are not an hour
+        tz = zone(time_zone)  # a maximum in the statistics is cut to the millisecond: the true one may be later
+        return hour_start(low, tz), next_hour_start(high + STATS_TIMESTAMP_PRECISION - timedelta(microseconds=1), tz)
     if timestamps:
         tz = zone(time_zone)
         low, high = low.astimezone(tz).date(), high.astimezone(tz).date()

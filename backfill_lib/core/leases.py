@@ -10,13 +10,14 @@ it is written in the same commit that records the plan. A run holds its lease wh
 stray rows, the fence: exit 2 to 4), and age: a lease whose run recorded nothing for ``lease_hours`` (settings)
 has expired (a crashed run nobody resumed).
 
-Two leases conflict when they are on the same table (:func:`~backfill_lib.core.table_names.same_table_key`) and
-their ranges overlap, either as half-open intervals of instants (a day starts at midnight in its request's
-``time_zone``) or as intervals of wall-clock time (the dates and hours as each request reads them): a ``DATE``,
-``yyyyMMdd`` or integer date-part partition is the same partition in every zone, so two requests for 2024-03-02
-conflict even when their zones are a day apart, while a timestamp range is compared in instants; a rebuild, or a run without a range, covers the whole table. ``target.where`` is not compared: two
-runs on the same days of different regions still conflict (the check is conservative; ``--concurrent`` overrides
-it, and the fence still guards each publish).
+Two leases conflict when they are on the same table (:func:`~backfill_lib.core.table_names.same_table_key`, or the
+same data path under another name: :attr:`Lease.location`) and their ranges overlap, either as half-open intervals
+of instants (a day starts at midnight in its request's ``time_zone``) or as intervals of wall-clock time (the dates
+and hours as each request reads them): a ``DATE``, ``yyyyMMdd`` or integer date-part partition is the same partition
+in every zone, so two requests for 2024-03-02 conflict even when their zones are a day apart, while an hour range of
+a ``TIMESTAMP`` column is compared in instants only (:func:`in_instants`); a rebuild, or a run without a range,
+covers the whole table. ``target.where`` is not compared: two runs on the same days of different regions still
+conflict (the check is conservative; ``--concurrent`` overrides it, and the fence still guards each publish).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
 from backfill_lib.core.partitions import zone
-from backfill_lib.core.table_names import same_table_key
+from backfill_lib.core.table_names import same_location, same_table_key
 
 #: Statuses after which a run holds no lease.
 RELEASED = ("published", "unchanged", "rolled_back", "abandoned")
@@ -54,6 +55,9 @@ class Lease:
     #: instants because a date-keyed partition does not move with the zone
     wall_start: datetime | None = None
     wall_end: datetime | None = None
+    #: the table's data path as its plan read it: two spellings of one table (``sales.events``,
+    #: ``spark_catalog.sales.events``, ``delta.`<its path>```) share it
+    location: str = ""
 
     @property
     def held(self) -> bool:
@@ -62,8 +66,10 @@ class Lease:
         return self.status not in RELEASED and not (self.status == "failed" and self.resumable is False)
 
     def overlaps(self, other: "Lease") -> bool:
-        """Whether the two leases are on the same table and their ranges share an instant."""
-        if same_table_key(self.table) != same_table_key(other.table):
+        """Whether the two leases are on the same table (by name or by location) and their ranges share an
+        instant, or wall-clock time where both compare it."""
+        if same_table_key(self.table) != same_table_key(other.table) and not same_location(self.location,
+                                                                                           other.location):
             return False
         if self.start is None or other.start is None:
             return True
@@ -102,19 +108,33 @@ def _wall(text: str | None, time_zone: str) -> datetime | None:
     return None if instant is None else instant.astimezone(zone(time_zone)).replace(tzinfo=None)
 
 
+def in_instants(target: dict) -> bool:
+    """Whether a range of the request ``target`` (its fields: ``grain``, ``partition_format``,
+    ``partition_columns``) names the same rows in every zone only as instants: an hour range of a ``TIMESTAMP``
+    column. A date, or an hour written as a string or integer parts, is the same partition at the same wall-clock
+    time in every zone."""
+    return str(getattr(target.get("grain"), "value", target.get("grain"))) == "hour" \
+        and not target.get("partition_format") and not target.get("partition_columns")
+
+
 def make_lease(run_id: str, table: str, owner: str, status: str, *, whole: bool, start: object, end: object,
-               time_zone: str, planned_seq: int, last_event_at: datetime, resumable: bool | None = None) -> Lease:
+               time_zone: str, planned_seq: int, last_event_at: datetime, resumable: bool | None = None,
+               wall_clock: bool = True, location: str = "") -> Lease:
     """A lease from a plan's fields: ``start``/``end`` its half-open bounds (dates, datetimes or their ISO text;
-    a date starts at midnight in ``time_zone``), ``whole`` for a rebuild or a run without a range."""
+    a date starts at midnight in ``time_zone``), ``whole`` for a rebuild or a run without a range;
+    ``wall_clock``: also compared as wall-clock time (``not in_instants(target)``); ``location``: the table's data
+    path (the plan's ``target_location``)."""
     low = None if whole else _instant(None if start is None else str(start), time_zone)
     high = None if whole else _instant(None if end is None else str(end), time_zone)
     if low is None or high is None:
         low = high = None
     last = last_event_at if last_event_at.tzinfo else last_event_at.replace(tzinfo=timezone.utc)
     shown = "the whole table" if low is None else f"[{start}, {end}) {time_zone}"
-    walls = (None, None) if low is None else (_wall(str(start), time_zone), _wall(str(end), time_zone))
+    walls = (None, None)
+    if low is not None and wall_clock:
+        walls = (_wall(str(start), time_zone), _wall(str(end), time_zone))
     return Lease(run_id, table, owner or "?", status, low, high, planned_seq, last.astimezone(timezone.utc), shown,
-                 resumable, *walls)
+                 resumable, *walls, location or "")
 
 
 def lease_of(run: dict) -> Lease:
@@ -126,7 +146,8 @@ def lease_of(run: dict) -> Lease:
                       whole=request.get("strategy") == "rebuild" or not request.get("range"),
                       start=summary.get("range_start"), end=summary.get("range_end_exclusive"),
                       time_zone=request.get("time_zone") or "UTC", planned_seq=int(run["planned_seq"]),
-                      last_event_at=run["event_at"], resumable=run.get("resumable"))
+                      last_event_at=run["event_at"], resumable=run.get("resumable"),
+                      wall_clock=not in_instants(request["target"]), location=summary.get("target_location") or "")
 
 
 def holding(leases: list[Lease], mine: Lease, now: datetime, lease_hours: float) -> list[Lease]:

@@ -6,8 +6,10 @@ half-open ``[start, end)``. Partition keys are the strings Delta stores as parti
 - ``day``: a ``DATE`` column, key ``YYYY-MM-DD``.
 - ``month``: a ``DATE`` column holding the first day of the month, key ``YYYY-MM-01``.
 - ``hour``: a ``TIMESTAMP`` column holding the start of the hour, key ``YYYY-MM-DDTHH:00:00+HH:MM`` in the
-  request's time zone. Hours are counted in UTC, so a local day has 23 or 25 hours across daylight-saving
-  changes.
+  request's time zone. An hour partition holds the instants Spark's ``date_trunc('HOUR', ts)`` maps to one value
+  in that zone (:func:`hour_start`), so a local day has 23 or 25 of them across a one-hour daylight-saving change,
+  and one of them is half or one and a half hours long where the offset moves by 30 minutes
+  (``Australia/Lord_Howe``) or starts off the UTC hour (``Asia/Kathmandu`` on 1986-01-01).
 - any grain on a ``STRING`` column with a ``partition_format`` (:mod:`backfill_lib.core.partition_format`): the
   key is the partition's start rendered in that pattern (``20240310``), the string Delta stores; predicates
   compare those strings (an ``IN`` list), never parse the column.
@@ -109,19 +111,39 @@ def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Gr
                          fmt: str | None = None) -> list[Partition]:
     """All partitions in ``[start, end)``, in order, keyed in ``fmt`` when given (:func:`partition_key`).
 
-    For ``hour`` the steps are taken in UTC and each start is shown in ``time_zone``, so no hour is skipped or
-    doubled at daylight-saving changes (a ``fmt`` without offset renders the repeated hour of a fall-back twice
-    alike: see :func:`repeated_keys`).
+    For ``hour`` each partition runs from one value of Spark's hour truncation in ``time_zone`` to the next
+    (:func:`next_hour_start`), stepped on UTC instants and shown in ``time_zone``, so no hour is skipped or doubled
+    at daylight-saving changes (a ``fmt`` without offset renders the repeated hour of a fall-back twice alike: see
+    :func:`repeated_keys`). ``start`` must be such a value (a local midnight is).
+
+    Raises
+    ------
+    PartitionError
+        When the range holds more than :data:`MAX_PARTITIONS` partitions, or when an hour of it falls where ``time_zone``'s offset has seconds (local mean time, before a zone
+        took standard time: ``America/New_York`` until 1883), which no partition value's offset can show.
     """
     out: list[Partition] = []
+    many = count_partitions(start, end, grain)
+    if many > MAX_PARTITIONS:
+        raise PartitionError(f"range [{start.isoformat()}, {end.isoformat()}) holds about {many:,} {grain.value} "
+                             f"partitions, more than the {MAX_PARTITIONS:,} one plan may list: split the request")
     if grain is Grain.HOUR:
         tz = zone(time_zone)
-        step = timedelta(hours=1)
         cur = start.astimezone(timezone.utc)
         stop = end.astimezone(timezone.utc)
+        local = cur.astimezone(tz)
         while cur < stop:
-            out.append(Partition(cur, cur + step, partition_key(cur.astimezone(tz), grain, fmt, time_zone)))
-            cur += step
+            offset = local.utcoffset()
+            if offset.seconds % 60:
+                raise PartitionError(f"time zone '{time_zone}' has the offset {local.strftime('%z')} (local mean "
+                                     f"time) at {local.isoformat()}: hour partitions cannot be keyed there")
+            nxt = cur + _HOUR  # most hours: a whole local hour, and the offset holds to its end
+            after = nxt.astimezone(tz)
+            if local.minute or local.second or after.utcoffset() != offset:
+                nxt = next_hour_start(cur, tz)
+                after = nxt.astimezone(tz)
+            out.append(Partition(cur, nxt, partition_key(local, grain, fmt, time_zone)))
+            cur, local = nxt, after
         return out
     cur = start
     while cur < end:
@@ -129,6 +151,68 @@ def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Gr
         out.append(Partition(cur, nxt, partition_key(cur, grain, fmt, time_zone)))
         cur = nxt
     return out
+
+
+_HOUR = timedelta(hours=1)
+
+
+def _offset_of(instant: datetime, tz: ZoneInfo) -> timedelta:
+    return instant.astimezone(tz).utcoffset()
+
+
+def hour_start(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The UTC instant Spark's ``date_trunc('HOUR', ts)`` gives for ``instant`` (aware) in ``tz``.
+
+    As Java's ``ZonedDateTime.truncatedTo(HOURS)``: the local time is cut to its hour and placed back on the
+    time line with the offset it had when that local time occurs twice, or shifted forward by the gap when it
+    does not occur (then it is the instant of the zone's change, as Python's ``fold=0`` gives)."""
+    local = instant.astimezone(tz)
+    cut = local.replace(minute=0, second=0, microsecond=0, fold=0)
+    later = cut.replace(fold=1)
+    if later.utcoffset() != cut.utcoffset() and later.utcoffset() == local.utcoffset() \
+            and _occurs(cut) and _occurs(later):
+        cut = later
+    return cut.astimezone(timezone.utc)
+
+
+def _occurs(local: datetime) -> bool:
+    """Whether the local time ``local`` (aware, with its fold) exists: it survives a trip through UTC."""
+    back = local.astimezone(timezone.utc).astimezone(local.tzinfo)
+    return back.replace(tzinfo=None, fold=0) == local.replace(tzinfo=None, fold=0)
+
+
+def next_hour_start(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The first UTC instant after ``instant`` whose :func:`hour_start` in ``tz`` differs from ``instant``'s: the
+    exclusive end of its hour partition. An hour is an hour long unless the zone's offset changes inside it."""
+    key = None
+    t = instant.astimezone(timezone.utc)
+    while True:
+        local = t.astimezone(tz)
+        offset = local.utcoffset()
+        wall = local.replace(minute=0, second=0, microsecond=0, tzinfo=None) + _HOUR
+        candidate = (wall - offset).replace(tzinfo=timezone.utc)  # the next local hour, if the offset holds
+        if candidate.astimezone(tz).utcoffset() == offset:
+            return candidate
+        # the offset changes before that hour: truncation may move there, or stay until the next local hour
+        key = key or hour_start(instant, tz)
+        candidate = _offset_change(t, candidate, tz)
+        if hour_start(candidate, tz) != key:
+            return candidate
+        t = candidate
+
+
+def _offset_change(low: datetime, high: datetime, tz: ZoneInfo) -> datetime:
+    """The first whole second in ``(low, high]`` with another offset than ``low``'s (one exists at ``high``);
+    offsets change on whole seconds."""
+    offset = _offset_of(low, tz)
+    lo, hi = low.replace(microsecond=0), high
+    while hi - lo > timedelta(seconds=1):
+        mid = lo + timedelta(seconds=((hi - lo) // 2).total_seconds() // 1)
+        if _offset_of(mid, tz) == offset:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def _utc_instant(value: str) -> datetime:
@@ -164,12 +248,12 @@ def partition_of_key(key: str, grain: Grain, time_zone: str, fmt: str | None = N
     if fmt is not None:
         start = PartitionFormat.of(fmt).parse(key, grain.value, time_zone)
         if grain is Grain.HOUR:
-            return Partition(start, start + timedelta(hours=1), key)
+            return Partition(start, next_hour_start(start, zone(time_zone)), key)
         return Partition(start, _first_of_next_month(start) if grain is Grain.MONTH else start + timedelta(days=1), key)
     try:
         if grain is Grain.HOUR:
-            start = _utc_instant(key)
-            return Partition(start, start + timedelta(hours=1), partition_key(start.astimezone(zone(time_zone)), grain))
+            start, tz = _utc_instant(key), zone(time_zone)
+            return Partition(start, next_hour_start(start, tz), partition_key(start.astimezone(tz), grain))
         day = date.fromisoformat(key)
     except ValueError as exc:
         raise PartitionError(f"partition value '{key}' is not a {grain.value} partition") from exc
@@ -178,8 +262,14 @@ def partition_of_key(key: str, grain: Grain, time_zone: str, fmt: str | None = N
     return Partition(day, day + timedelta(days=1), key)
 
 
+#: The most partitions one plan lists (22 years of hours, 547 of days): a larger range is refused before it is
+#: listed (a plan holds about 0.4 KB per partition, and the ledger a row each).
+MAX_PARTITIONS = 200_000
+
+
 def count_partitions(start: date | datetime, end: date | datetime, grain: Grain) -> int:
-    """How many partitions ``[start, end)`` holds, without listing them."""
+    """How many partitions ``[start, end)`` holds, without listing them; for ``hour``, the whole UTC hours in it
+    (exact unless the zone's offset moves by less than an hour inside the range)."""
     if grain is Grain.DAY:
         return (end - start).days
     if grain is Grain.MONTH:

@@ -69,6 +69,17 @@ def _children(node: yaml.Node):
     return ()
 
 
+def _timestamp(loader: yaml.SafeLoader, node: yaml.ScalarNode):
+    """PyYAML's date and timestamp constructor, with a value no calendar holds (``2024-02-30``, month 13, year
+    0) as a YAML error at its line rather than a bare ``ValueError``."""
+    try:
+        return yaml.SafeLoader.construct_yaml_timestamp(loader, node)
+    except (ValueError, OverflowError) as exc:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"'{node.value}' at line {node.start_mark.line + 1} is not a date or time ({exc})",
+            node.start_mark) from None
+
+
 class BoundedLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a document expanding beyond :data:`MAX_NODES` nodes or :data:`MAX_CHARS`
     characters (see the module docstring)."""
@@ -96,3 +107,6 @@ def load(text: str):
         return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise YAMLTooLarge("collections nest too deeply") from None
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)

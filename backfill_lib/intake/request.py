@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from datetime import date, timedelta
+from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 from typing import Literal
 
@@ -170,6 +170,17 @@ class DateRange(_Frozen):
 
     start: date
     end: date
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _a_date(cls, value: object) -> object:
+        # Lax pydantic reads 0 as 1970-01-01 (Unix seconds) and cuts a timestamp with any offset to its date:
+        # a bound is a local date of the request's time_zone, written YYYY-MM-DD, nothing else.
+        text = value.isoformat() if isinstance(value, date) and not isinstance(value, datetime) else value
+        if not isinstance(text, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            raise ValueError(f"must be a date written YYYY-MM-DD (a day of the request's time_zone), "
+                             f"got {_shown(value.isoformat() if isinstance(value, date) else value)}")
+        return value
 
     @model_validator(mode="after")
     def _ordered(self) -> "DateRange":
@@ -337,8 +348,8 @@ class BackfillRequest(_Frozen):
     diff_gate: DiffGate | None = None
     report_metric: str | None = None
     delete_missing: bool = False
-    batch_size: int | None = Field(default=None, ge=1)
-    concurrency: int | None = Field(default=None, ge=1, le=64)
+    batch_size: int | None = Field(default=None, ge=1, strict=True)  # strict: `true` is no batch size
+    concurrency: int | None = Field(default=None, ge=1, le=64, strict=True)
     marts: tuple[Mart, ...] = ()
     #: what publishing does when a source the run read at a pinned version changed in the range since:
     #: ``report`` (a failed ``source_snapshot`` check; the pinned rows are published) or ``refuse`` (exit 4)
@@ -385,7 +396,9 @@ class BackfillRequest(_Frozen):
         if self.delete_missing and self.strategy is not Strategy.PATCH:
             raise ValueError("delete_missing: applies to strategy patch only")
         try:
-            half_open(self.range.start, self.range.end, self.target.grain, self.time_zone)
+            for bound in half_open(self.range.start, self.range.end, self.target.grain, self.time_zone):
+                if not isinstance(bound, datetime):  # a lease compares a day's midnight in the zone as an instant
+                    datetime.combine(bound, time(), zone(self.time_zone)).astimezone(timezone.utc)
         except PartitionError as exc:
             raise ValueError(f"range: {exc}") from exc
         except (OverflowError, ValueError):  # a bound next to date.min or date.max: its exclusive end is no date

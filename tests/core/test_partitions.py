@@ -9,6 +9,7 @@ from backfill_lib.core.partitions import (
     count_partitions,
     enumerate_partitions,
     half_open,
+    hour_start,
     partitions_predicate,
     sql_literal,
 )
@@ -81,3 +82,55 @@ def test_empty_partition_set_has_no_predicate():
 def test_timestamp_literal_is_utc():
     local = datetime(2024, 3, 10, 3, 0, tzinfo=ZoneInfo(NY))
     assert sql_literal(local) == "TIMESTAMP'2024-03-10 07:00:00+00:00'"
+
+
+def _hours_of(day: date, tz: str) -> tuple[datetime, datetime, list]:
+    start, end = half_open(day, day, Grain.HOUR, tz)
+    return start, end, enumerate_partitions(start, end, Grain.HOUR, tz)
+
+
+@pytest.mark.parametrize("day, tz, keys, minutes", [
+    # Lord Howe falls back 30 minutes (02:00 +11:00 -> 01:30 +10:30): the hour 01:00 runs 90 minutes
+    (date(2024, 4, 7), "Australia/Lord_Howe",
+     ["2024-04-07T00:00:00+11:00", "2024-04-07T01:00:00+11:00", "2024-04-07T02:00:00+10:30"], [60, 90, 60]),
+    # and springs forward 30 (02:00 +10:30 -> 02:30 +11:00): the hour 02:00 starts at 02:30 and runs 30 minutes
+    (date(2024, 10, 6), "Australia/Lord_Howe",
+     ["2024-10-06T00:00:00+10:30", "2024-10-06T01:00:00+10:30", "2024-10-06T02:30:00+11:00"], [60, 60, 30]),
+    # Kathmandu went from +05:30 to +05:45 at midnight: the day starts at 00:15 and its first hour is 45 minutes
+    (date(1986, 1, 1), "Asia/Kathmandu",
+     ["1986-01-01T00:15:00+05:45", "1986-01-01T01:00:00+05:45", "1986-01-01T02:00:00+05:45"], [45, 60, 60]),
+])
+def test_hours_are_the_local_hours_where_the_offset_moves_by_less_than_an_hour(day, tz, keys, minutes):
+    start, end, parts = _hours_of(day, tz)
+    assert [p.key for p in parts[:3]] == keys
+    assert [(p.end - p.start) // timedelta(minutes=1) for p in parts[:3]] == minutes
+    assert len(parts) == 24 and parts[0].start == start and parts[-1].end == end
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:]))
+
+
+@pytest.mark.parametrize("tz, first", [("Australia/Lord_Howe", datetime(2024, 4, 6, 10, tzinfo=timezone.utc)),
+                                       ("America/St_Johns", datetime(2024, 11, 3, 1, tzinfo=timezone.utc)),
+                                       ("Antarctica/Troll", datetime(2024, 3, 30, 22, tzinfo=timezone.utc))])
+def test_every_minute_falls_in_the_partition_its_hour_start_names(tz, first):
+    # hour_start is Spark's date_trunc('HOUR') (tests/plan/test_hours_match_spark.py checks it against Spark)
+    first = hour_start(first, ZoneInfo(tz))  # a partition's start, as a range's local midnight is
+    parts = enumerate_partitions(first, first + timedelta(hours=12), Grain.HOUR, tz)
+    for minute in range(0, 12 * 60, 5):
+        t = first + timedelta(minutes=minute)
+        owner = next(p for p in parts if p.start <= t < p.end)
+        assert owner.start == hour_start(t, ZoneInfo(tz)), t
+
+
+def test_hours_in_local_mean_time_are_refused():
+    # America/New_York was -04:56:02 until 1883: no partition value's offset can show the seconds
+    start, end = half_open(date(1800, 1, 1), date(1800, 1, 1), Grain.HOUR, NY)
+    with pytest.raises(PartitionError, match=r"time zone 'America/New_York' has the offset -045602 \(local mean time\)"
+                                             r" at 1800-01-01T00:00:00-04:56:02: hour partitions cannot be keyed"):
+        enumerate_partitions(start, end, Grain.HOUR, NY)
+
+
+def test_a_range_of_more_partitions_than_a_plan_lists_is_refused_before_listing():
+    start, end = half_open(date(2, 1, 1), date(9998, 12, 31), Grain.HOUR, "UTC")
+    with pytest.raises(PartitionError, match=r"holds about 87,631,896 hour partitions, more than the 200,000 one "
+                                             r"plan may list: split the request"):
+        enumerate_partitions(start, end, Grain.HOUR, "UTC")

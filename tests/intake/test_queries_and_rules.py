@@ -101,7 +101,8 @@ def test_a_source_sql_that_is_not_utf8_names_the_field(tmp_path):
 
 @pytest.mark.parametrize("start, end, grain, zone", [
     ("9999-12-01", "9999-12-31", "day", "UTC"), ("9999-12-01", "9999-12-01", "month", "UTC"),
-    ("9999-12-30", "9999-12-31", "hour", "UTC"), ("0001-01-01", "0001-01-01", "hour", "Asia/Kolkata")])
+    ("9999-12-30", "9999-12-31", "hour", "UTC"), ("0001-01-01", "0001-01-01", "hour", "Asia/Kolkata"),
+    ("0001-01-01", "0001-01-01", "day", "Asia/Kathmandu")])  # a day's midnight there is in year 0, in UTC
 def test_a_range_at_the_ends_of_the_calendar_is_a_request_error(tmp_path, capsys, start, end, grain, zone):
     fields = _request_fields(tmp_path, range={"start": start, "end": end}, time_zone=zone)
     fields["target"]["grain"] = grain

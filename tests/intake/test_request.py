@@ -1,6 +1,7 @@
 """Requests: loaded frozen from YAML, every mistake named by file and field, marts in dependency order (no Spark)."""
 
 from datetime import date
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -178,3 +179,49 @@ def test_publish_mode_is_for_recompute_only(tmp_path):
                                       source={"sql": str(sql)}, target={"table": "s.t", "partition_column": "dt"},
                                       keys=["id"], range={"start": "2024-03-09", "end": "2024-03-09"})
                         ).publish_mode.value == "replace"
+
+
+def _raw_request(tmp_path, range_text: str, extra: str = "") -> Path:
+    """A request written as YAML text, so that dates and timestamps stay unquoted YAML values."""
+    sql = tmp_path / "source.sql"
+    sql.write_text("SELECT 1")
+    path = tmp_path / "r.yml"
+    path.write_text(f"owner: a@example.com\nreason: TICKET-1\ntarget: {{table: db.events, partition_column: dt}}\n"
+                    f"range: {range_text}\ntime_zone: America/New_York\nstrategy: recompute\n"
+                    f"source: {{sql: {sql}}}\nkeys: [id]\n{extra}")
+    return path
+
+
+@pytest.mark.parametrize("range_text, shown", [
+    ("{start: 2024-02-30, end: 2024-03-01}", "'2024-02-30' at line 4 is not a date or time (day is out of range"),
+    ("{start: 2024-03-01, end: 2024-13-01}", "'2024-13-01' at line 4 is not a date or time (month must be in 1..12)"),
+    ("{start: 0000-01-01, end: 2024-03-01}", "'0000-01-01' at line 4 is not a date or time (year 0 is out of range)"),
+])
+def test_a_date_no_calendar_holds_is_a_request_error_naming_its_line(tmp_path, range_text, shown):
+    path = _raw_request(tmp_path, range_text)
+    with pytest.raises(RequestError) as err:
+        load_request(path)
+    assert str(err.value).startswith(f"{path}: not valid YAML: {shown}")
+
+
+@pytest.mark.parametrize("range_text, field, shown", [
+    # a timestamp is no day of the request's zone: 2024-03-10T00:00+05:00 is 2024-03-09 in New York
+    ("{start: 2024-03-10T00:00:00+05:00, end: 2024-03-11}", "start", "2024-03-10T00:00:00+05:00"),
+    ("{start: 2024-03-10, end: '2024-03-11T00:00:00-07:00'}", "end", "2024-03-11T00:00:00-07:00"),
+    ("{start: 0, end: 86400}", "start", "0"),  # lax pydantic read Unix seconds: 1970-01-01
+    ("{start: 2024-03-10, end: 1710028800}", "end", "1710028800"),
+])
+def test_a_range_bound_that_is_not_a_written_date_is_refused(tmp_path, range_text, field, shown):
+    path = _raw_request(tmp_path, range_text)
+    with pytest.raises(RequestError) as err:
+        load_request(path)
+    assert str(err.value).startswith(f"{path}: field 'range.{field}': must be a date written YYYY-MM-DD (a day of "
+                                     f"the request's time_zone), got {shown}")
+
+
+@pytest.mark.parametrize("field", ["batch_size", "concurrency"])
+def test_a_boolean_batch_size_or_concurrency_is_refused(tmp_path, field):
+    path = _raw_request(tmp_path, "{start: 2024-03-10, end: 2024-03-11}", extra=f"{field}: true\n")
+    with pytest.raises(RequestError) as err:
+        load_request(path)
+    assert str(err.value) == f"{path}: field '{field}': Input should be a valid integer"

@@ -3,12 +3,14 @@ and ``backfill abandon``."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from backfill_lib.core.leases import holding, make_lease, refusal
+from backfill_lib.core.leases import holding, lease_of, make_lease, refusal
+from backfill_lib.core.partitions import Grain, half_open
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
 NY = "America/New_York"
@@ -56,6 +58,38 @@ def test_the_same_date_conflicts_whatever_the_zones_of_the_two_requests():
     assert [h.run_id for h in holding([first], second, NOW, 24)] == ["kiritimati"]
     later = lease("honolulu_4th", date(2024, 3, 4), date(2024, 3, 5), tz="Pacific/Honolulu", seq=3)
     assert holding([first], later, NOW, 24) == []
+
+
+def test_hours_of_a_timestamp_column_conflict_only_as_instants_and_hours_written_as_text_also_by_wall_clock():
+    # Kiritimati's and Honolulu's 2024-03-01 are adjacent instant ranges ([02-29T10Z, 03-01T10Z), [03-01T10Z, ...))
+    def run(run_id, tz, seq, **target):
+        bounds = half_open(date(2024, 3, 1), date(2024, 3, 1), Grain.HOUR, tz)
+        plan = {"request": {"target": {"table": "db.hits", "partition_column": "h", "grain": "hour", **target},
+                            "strategy": "recompute", "range": {"start": "2024-03-01", "end": "2024-03-01"},
+                            "time_zone": tz},
+                "range_start": str(bounds[0]), "range_end_exclusive": str(bounds[1])}  # UTC, as plans store them
+        return lease_of({"run_id": run_id, "plan_json": json.dumps(plan), "status": "staging", "event_at": NOW,
+                         "planned_seq": seq, "owner": "ana@example.com"})
+
+    first, second = run("kiritimati", "Pacific/Kiritimati", 1), run("honolulu", "Pacific/Honolulu", 2)
+    assert first.end == second.start  # no shared instant
+    assert holding([first], second, NOW, 24) == []
+    # a string hour 2024030100 is the same partition whatever the zone: the wall clocks overlap
+    first, second = (run("kiritimati", "Pacific/Kiritimati", 1, partition_format="yyyyMMddHH"),
+                     run("honolulu", "Pacific/Honolulu", 2, partition_format="yyyyMMddHH"))
+    assert [h.run_id for h in holding([first], second, NOW, 24)] == ["kiritimati"]
+
+
+def test_two_names_of_one_location_are_one_table_and_two_locations_are_two():
+    def at(run_id, table, location, seq):
+        return make_lease(run_id, table, "ana@example.com", "staging", whole=False, start=date(2024, 3, 1),
+                          end=date(2024, 3, 2), time_zone="UTC", planned_seq=seq, last_event_at=NOW, location=location)
+
+    named = at("named", "sales.events", "file:/wh/sales.db/events", 1)
+    by_path = at("by_path", "delta.`/wh/sales.db/events`", "file:///wh/sales.db/events/", 2)
+    elsewhere = at("elsewhere", "delta.`/wh/copy/events`", "file:/wh/copy/events", 3)
+    assert [h.run_id for h in holding([named], by_path, NOW, 24)] == ["named"]
+    assert holding([named], elsewhere, NOW, 24) == []
 
 
 def test_after_waits_for_a_run_of_any_table_until_it_is_final_and_notes_another_table():
@@ -168,6 +202,17 @@ def test_a_second_overlapping_run_is_refused_until_the_first_is_final(spark, set
     ledger = Ledger(spark, settings.ledger_schema)
     assert ledger.find_run("lease_second") is None  # refused before its plan was recorded: nothing staged
     assert current_version(spark, f"{db}.events") == 0
+
+    # the same table under its other names: with the catalog's name, and by its path (the lease's location)
+    path = state.location.removeprefix("file:")
+    for i, alias in enumerate((f"spark_catalog.{db}.events", f"delta.`{path}`")):
+        (tmp_path / f"alias{i}").mkdir()
+        aliased = events_request(tmp_path / f"alias{i}", db, start=D9, end=D10,
+                                 target={"table": alias, "partition_column": "dt", "grain": "day"})
+        with pytest.raises(LeaseError, match=r"run lease_first \(owner ana@example.com, status validated\) holds "
+                                             r"\[2024-03-08, 2024-03-10\) UTC, which overlaps"):
+            make_runner().run(*prepare(spark, settings, aliased, run_id=f"lease_alias{i}"))
+        assert ledger.find_run(f"lease_alias{i}") is None
 
     # --after waits for the first run, which publishes meanwhile; then the second plans and takes the range
     waiting, outcome = make_runner(lease_poll_seconds=0.2), {}

@@ -119,8 +119,9 @@ class Ledger(EventWriter):
         self.flush()
         return self._fold_runs(self.spark.table(self.table("runs")))
 
-    def leases(self, table: str, flush: bool = True) -> list:
-        """The :class:`~backfill_lib.core.leases.Lease` of every run of ``table`` (any spelling) whose latest
+    def leases(self, table: str, flush: bool = True, location: str = "") -> list:
+        """The :class:`~backfill_lib.core.leases.Lease` of every run of ``table`` (any spelling; also any name
+        whose plan read the data path ``location``, when given: ``delta.`<path>``` or a catalog alias) whose latest
         status is not final (not in :data:`~backfill_lib.core.leases.RELEASED`); expired ones and failed runs that
         hold none (:attr:`~backfill_lib.core.leases.Lease.held`) included.
 
@@ -130,18 +131,28 @@ class Ledger(EventWriter):
 
         ``flush=False`` reads what is committed without waiting for this process's queued events."""
         from backfill_lib.core.leases import RELEASED, lease_of
-        from backfill_lib.core.table_names import same_table_key
+        from backfill_lib.core.table_names import same_location, same_table_key
 
         if flush:
             self.flush()
         key = same_table_key(table)
         runs = self.spark.table(self.table("runs"))
         if key.isascii():  # Spark's and Python's lower-casing agree on ASCII; other names are compared below only
-            runs = runs.where(F.lower("target_table") == F.lit(key))
+            named = F.lower("target_table") == F.lit(key)
+            if location:  # runs whose plan read this path under another name (only a plan event holds the path)
+                bare = location.rstrip("/").replace("file:///", "file:/", 1)
+                spellings = {bare, bare + "/", bare.replace("file:/", "file:///", 1),
+                             bare.replace("file:/", "file:///", 1) + "/"}
+                there = (runs.where(F.get_json_object("plan_json", "$.target_location").isin(*sorted(spellings)))
+                         .select("run_id").distinct().withColumn("_there", F.lit(True)))
+                runs = runs.join(there, "run_id", "left").where(named | F.col("_there").isNotNull()).drop("_there")
+            else:
+                runs = runs.where(named)
         held = (self._fold_runs(runs, planned_seq=F.min("seq"))
                 .where(~F.col("status").isin(*RELEASED)).collect())
-        return [lease_of(r.asDict()) for r in held
-                if r["plan_json"] is not None and same_table_key(r["target_table"] or "") == key]
+        leases = [lease_of(r.asDict()) for r in held if r["plan_json"] is not None]
+        return [lease for lease in leases
+                if same_table_key(lease.table) == key or same_location(lease.location, location)]
 
     def find_run(self, run_id: str) -> dict | None:
         """The latest record of ``run_id``, or ``None`` when the ledger has none."""
