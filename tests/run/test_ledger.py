@@ -159,3 +159,31 @@ def test_an_older_ledger_gets_the_compaction_property_unless_its_owner_set_one(s
             for t in ("runs", "partitions", "checks", "diffs")} == {
         "runs": "true", "partitions": "true", "checks": "false", "diffs": "true"}
     assert "rollback_plan" in spark.table(f"{db}.runs").columns
+
+
+def test_two_processes_creating_a_new_ledger_at_once_both_go_on(spark, db):
+    # two runs that are the first ever on a home race to create the ledger's tables: the loser of Delta's commit
+    # on the empty directory (ProtocolChangedException) or of the catalog's create takes the winner's table
+    import threading
+
+    schema = f"{db}_ledger"
+    ledgers, errors, barrier = [Ledger(spark, schema), Ledger(spark, schema)], [], threading.Barrier(2)
+
+    def ensure(ledger):
+        barrier.wait()
+        try:
+            ledger.ensure()
+        except Exception as exc:  # noqa: BLE001 - the defect: reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ensure, args=(ledger,)) for ledger in ledgers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    try:
+        assert errors == []
+        assert sorted(t.name for t in spark.catalog.listTables(schema)) == ["checks", "diffs", "partitions", "runs"]
+        assert [current_version(spark, f"{schema}.{t}") for t in ("checks", "diffs", "partitions", "runs")] == [0] * 4
+    finally:
+        spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

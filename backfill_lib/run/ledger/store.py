@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -37,6 +38,22 @@ class Ledger(EventWriter):
         #: called as ``listener(record, status)`` after every run event is queued (lineage); they must not raise
         self.listeners: list = []
 
+    def _create(self, table: str, schema, attempts: int = 5) -> None:
+        """Create the empty ledger table ``table``. Another process's first run may create it at the same moment:
+        the loser of Delta's first commit on the empty directory (``ProtocolChangedException``) or of the
+        catalog's create finds the winner's table and uses it; any other failure is raised after ``attempts``."""
+        for attempt in range(attempts):
+            try:
+                self.spark.createDataFrame([], schema).write.format("delta").mode("ignore").options(
+                    **LEDGER_PROPERTIES).saveAsTable(table)
+                return
+            except Exception:
+                if self.spark.catalog.tableExists(table):
+                    return
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.5 * (attempt + 1))  # the winner's log is written; its catalog entry follows
+
     def ensure(self) -> None:
         """Create the ledger schema and tables when missing, with :data:`LEDGER_PROPERTIES`; on existing tables,
         add columns a newer version defines (nullable, so older events read as NULL there) and set a property of
@@ -49,8 +66,7 @@ class Ledger(EventWriter):
         for name, schema in SCHEMAS.items():
             table = self.table(name)
             if not self.spark.catalog.tableExists(table):
-                self.spark.createDataFrame([], schema).write.format("delta").mode("ignore").options(
-                    **LEDGER_PROPERTIES).saveAsTable(table)
+                self._create(table, schema)
                 continue
             properties, columns = live_metadata(self.spark, table)  # one snapshot: its properties and columns
             have = {c.name for c in columns}
