@@ -139,10 +139,14 @@ def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Gr
                                      f"time) at {local.isoformat()}: hour partitions cannot be keyed there")
             nxt = cur + _HOUR  # most hours: a whole local hour, and the offset holds to its end
             after = nxt.astimezone(tz)
-            if local.minute or local.second or after.utcoffset() != offset:
+            odd = local.minute or local.second or after.utcoffset() != offset
+            if odd:
                 nxt = next_hour_start(cur, tz)
                 after = nxt.astimezone(tz)
-            out.append(Partition(cur, nxt, partition_key(local, grain, fmt, time_zone)))
+            part = Partition(cur, nxt, partition_key(local, grain, fmt, time_zone))
+            if odd:
+                _check_odd_hour(part, tz, time_zone, fmt)
+            out.append(part)
             cur, local = nxt, after
         return out
     cur = start
@@ -184,21 +188,36 @@ def _occurs(local: datetime) -> bool:
 def next_hour_start(instant: datetime, tz: ZoneInfo) -> datetime:
     """The first UTC instant after ``instant`` whose :func:`hour_start` in ``tz`` differs from ``instant``'s: the
     exclusive end of its hour partition. An hour is an hour long unless the zone's offset changes inside it."""
-    key = None
+    key = hour_start(instant, tz)
     t = instant.astimezone(timezone.utc)
     while True:
         local = t.astimezone(tz)
         offset = local.utcoffset()
         wall = local.replace(minute=0, second=0, microsecond=0, tzinfo=None) + _HOUR
         candidate = (wall - offset).replace(tzinfo=timezone.utc)  # the next local hour, if the offset holds
-        if candidate.astimezone(tz).utcoffset() == offset:
-            return candidate
-        # the offset changes before that hour: truncation may move there, or stay until the next local hour
-        key = key or hour_start(instant, tz)
-        candidate = _offset_change(t, candidate, tz)
-        if hour_start(candidate, tz) != key:
+        if candidate.astimezone(tz).utcoffset() != offset:
+            # the offset changes before that hour: truncation may move there, or stay until the next local hour
+            candidate = _offset_change(t, candidate, tz)
+        if hour_start(candidate, tz) != key:  # (after a change off the whole hour, truncation moves forward)
             return candidate
         t = candidate
+
+
+def _check_odd_hour(part: Partition, tz: ZoneInfo, time_zone: str, fmt: str | None) -> None:
+    """Refuse an hour next to an offset change that no partition value can name: where the zone changes its
+    offset off the whole local hour (``Pacific/Chatham`` at 02:45, ``America/St_Johns`` at 00:01 until 2011),
+    Spark's truncation of the instants after the change is a later instant, or an hour before the change, so the
+    hour is no half-open span starting at its value; and a ``fmt`` value names whole local hours only
+    (:mod:`~backfill_lib.core.partition_format`), not one starting at 02:30 after a 30-minute change."""
+    local = part.start.astimezone(tz)
+    if hour_start(part.start, tz) != part.start:
+        raise PartitionError(f"time zone '{time_zone}' changes its offset at {local.isoformat()}, inside a local "
+                             "hour: Spark's hour truncation there is no span of time a partition can hold; plan "
+                             "hours of that day in UTC (time_zone: UTC)")
+    if fmt is not None and (local.minute or local.second):
+        raise PartitionError(f"partition_format {fmt}: the hour after the offset change in '{time_zone}' starts at "
+                             f"{local.isoformat()}, off the whole local hour, which a partition value of the "
+                             "pattern does not name; plan these hours in UTC (time_zone: UTC)")
 
 
 def _offset_change(low: datetime, high: datetime, tz: ZoneInfo) -> datetime:

@@ -74,7 +74,7 @@ def _timestamp(loader: yaml.SafeLoader, node: yaml.ScalarNode):
     0) as a YAML error at its line rather than a bare ``ValueError``."""
     try:
         return yaml.SafeLoader.construct_yaml_timestamp(loader, node)
-    except (ValueError, OverflowError) as exc:
+    except Exception as exc:  # ValueError, OverflowError; AttributeError for `!!timestamp x`
         raise yaml.constructor.ConstructorError(
             None, None, f"'{node.value}' at line {node.start_mark.line + 1} is not a date or time ({exc})",
             node.start_mark) from None

@@ -348,8 +348,8 @@ class BackfillRequest(_Frozen):
     diff_gate: DiffGate | None = None
     report_metric: str | None = None
     delete_missing: bool = False
-    batch_size: int | None = Field(default=None, ge=1, strict=True)  # strict: `true` is no batch size
-    concurrency: int | None = Field(default=None, ge=1, le=64, strict=True)
+    batch_size: int | None = Field(default=None, ge=1)
+    concurrency: int | None = Field(default=None, ge=1, le=64)
     marts: tuple[Mart, ...] = ()
     #: what publishing does when a source the run read at a pinned version changed in the range since:
     #: ``report`` (a failed ``source_snapshot`` check; the pinned rows are published) or ``refuse`` (exit 4)
@@ -359,6 +359,14 @@ class BackfillRequest(_Frozen):
     #: SQL's references to the target read the target as it will be (this run's staged partitions, the target's
     #: rows as the plan saw them elsewhere; :mod:`backfill_lib.run.past`). Recompute only.
     depends_on_past: bool = False
+
+    @field_validator("batch_size", "concurrency", mode="before")
+    @classmethod
+    def _no_boolean(cls, value: object) -> object:
+        # lax pydantic reads `true` as 1; a quoted "2" stays accepted, as before
+        if isinstance(value, bool):
+            raise ValueError(f"must be a whole number, got {str(value).lower()}")
+        return value
 
     @field_validator("owner", "reason")
     @classmethod
@@ -451,8 +459,9 @@ class BackfillRequest(_Frozen):
 
 
 def _shown(value: object, limit: int = 60) -> str:
-    """``value`` as an error message may echo it: its repr, cut to ``limit`` characters."""
-    text = value if isinstance(value, str) else repr(value)
+    """``value`` as an error message may echo it: a string as it is (its repr when it holds a line break or another
+    unprintable character, so the message stays one line), anything else its repr, cut to ``limit`` characters."""
+    text = value if isinstance(value, str) and value.isprintable() else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -501,7 +510,8 @@ def load_request(path: str | Path) -> BackfillRequest:
     except ValidationError as exc:
         # A misspelt key shows as an unknown field plus a missing one: name the unknown (the typo) first.
         errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        raise RequestError(f"{path}: " + "; ".join(_describe(e) for e in errors[:3])) from exc
+        text = "; ".join(_describe(e) for e in errors[:3])  # an echoed value's line break is shown, not broken
+        raise RequestError(f"{path}: " + text.replace("\r", "\\r").replace("\n", "\\n")) from exc
     files = [("source.sql", request.source.sql), ("expectations", request.expectations)]
     for i, m in enumerate(request.marts):
         files += [(f"marts.{i}.sql", m.sql), (f"marts.{i}.expectations", m.expectations)]

@@ -220,8 +220,29 @@ def test_a_range_bound_that_is_not_a_written_date_is_refused(tmp_path, range_tex
 
 
 @pytest.mark.parametrize("field", ["batch_size", "concurrency"])
-def test_a_boolean_batch_size_or_concurrency_is_refused(tmp_path, field):
+def test_a_boolean_batch_size_or_concurrency_is_refused_and_a_quoted_number_taken(tmp_path, field):
     path = _raw_request(tmp_path, "{start: 2024-03-10, end: 2024-03-11}", extra=f"{field}: true\n")
     with pytest.raises(RequestError) as err:
         load_request(path)
-    assert str(err.value) == f"{path}: field '{field}': Input should be a valid integer"
+    assert str(err.value) == f"{path}: field '{field}': must be a whole number, got true"
+    path = _raw_request(tmp_path, "{start: 2024-03-10, end: 2024-03-11}", extra=f"{field}: '3'\n")
+    assert getattr(load_request(path), field) == 3  # as before the check
+
+
+@pytest.mark.parametrize("range_text, time_zone, field", [
+    ('{start: "2024-03-10\\nx", end: 2024-03-11}', "UTC", "range.start"),
+    ("{start: 2024-03-10, end: 2024-03-11}", '"America/New_York\\n"', "time_zone"),
+])
+def test_a_refusal_that_echoes_a_value_with_a_line_break_is_one_line(tmp_path, range_text, time_zone, field):
+    path = _raw_request(tmp_path, range_text)
+    path.write_text(path.read_text().replace("time_zone: America/New_York", f"time_zone: {time_zone}"))
+    with pytest.raises(RequestError) as err:
+        load_request(path)
+    assert str(err.value).startswith(f"{path}: field '{field}': ") and "\n" not in str(err.value)
+
+
+def test_a_timestamp_tag_on_no_timestamp_is_a_request_error_naming_its_line(tmp_path):
+    path = _raw_request(tmp_path, "{start: !!timestamp x, end: 2024-03-11}")
+    with pytest.raises(RequestError) as err:
+        load_request(path)
+    assert str(err.value).startswith(f"{path}: not valid YAML: 'x' at line 4 is not a date or time (")
