@@ -119,8 +119,10 @@ def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Gr
     Raises
     ------
     PartitionError
-        When the range holds more than :data:`MAX_PARTITIONS` partitions, or when an hour of it falls where ``time_zone``'s offset has seconds (local mean time, before a zone
-        took standard time: ``America/New_York`` until 1883), which no partition value's offset can show.
+        When the range holds more than :data:`MAX_PARTITIONS` partitions; for ``hour``, when an hour of it falls
+        where ``time_zone``'s offset has seconds (local mean time, before a zone took standard time:
+        ``America/New_York`` until 1883), which no partition value's offset can show, or next to an offset change
+        no partition can hold (:func:`_check_odd_hour`).
     """
     out: list[Partition] = []
     many = count_partitions(start, end, grain)

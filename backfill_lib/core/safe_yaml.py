@@ -71,7 +71,8 @@ def _children(node: yaml.Node):
 
 def _timestamp(loader: yaml.SafeLoader, node: yaml.ScalarNode):
     """PyYAML's date and timestamp constructor, with a value no calendar holds (``2024-02-30``, month 13, year
-    0) as a YAML error at its line rather than a bare ``ValueError``."""
+    0) or no timestamp at all (``!!timestamp x``) as a YAML error at its line rather than a bare ``ValueError``
+    or ``AttributeError``."""
     try:
         return yaml.SafeLoader.construct_yaml_timestamp(loader, node)
     except Exception as exc:  # ValueError, OverflowError; AttributeError for `!!timestamp x`

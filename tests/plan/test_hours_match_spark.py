@@ -11,9 +11,11 @@ from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.partitions import Grain, enumerate_partitions, half_open
 
 
-@pytest.mark.parametrize("day, tz", [(date(2024, 4, 7), "Australia/Lord_Howe"), (date(2024, 10, 6), "Australia/Lord_Howe"),
-                                     (date(1986, 1, 1), "Asia/Kathmandu"), (date(2024, 3, 31), "Antarctica/Troll"),
-                                     (date(2024, 11, 3), "America/New_York")])
+@pytest.mark.parametrize("day, tz", [
+    (date(2024, 4, 7), "Australia/Lord_Howe"), (date(2024, 10, 6), "Australia/Lord_Howe"),
+    (date(1986, 1, 1), "Asia/Kathmandu"), (date(2024, 3, 31), "Antarctica/Troll"),
+    (date(2024, 11, 3), "America/New_York"),
+])
 def test_every_five_minutes_of_a_day_truncate_to_the_start_of_the_plan_partition_that_holds_them(spark, day, tz):
     start, end = half_open(day, day, Grain.HOUR, tz)
     parts = enumerate_partitions(start, end, Grain.HOUR, tz)

@@ -141,8 +141,9 @@ class Ledger(EventWriter):
         status is not final (not in :data:`~backfill_lib.core.leases.RELEASED`); expired ones and failed runs that
         hold none (:attr:`~backfill_lib.core.leases.Lease.held`) included.
 
-        One read of the ``runs`` table, folded once (each run's first ``seq`` taken in the same fold), of the events
-        of ``table`` only: the ledger stores a run's target in its canonical spelling, whose lower-cased form is
+        One read of the ``runs`` table (and one more for the runs whose plan read ``location``), folded once (each
+        run's first ``seq`` taken in the same fold), of the events of ``table`` only: the ledger stores a run's
+        target in its canonical spelling, whose lower-cased form is
         :func:`~backfill_lib.core.table_names.same_table_key`'s, so SQL filters on it before folding.
 
         ``flush=False`` reads what is committed without waiting for this process's queued events."""
