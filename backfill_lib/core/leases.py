@@ -113,8 +113,7 @@ def in_instants(target: dict) -> bool:
     ``partition_columns``) names the same rows in every zone only as instants: an hour range of a ``TIMESTAMP``
     column. A date, or an hour written as a string or integer parts, is the same partition at the same wall-clock
     time in every zone."""
-    return str(getattr(target.get("grain"), "value", target.get("grain"))) == "hour" \
-        and not target.get("partition_format") and not target.get("partition_columns")
+    return target.get("grain") == "hour" and not target.get("partition_format") and not target.get("partition_columns")
 
 
 def make_lease(run_id: str, table: str, owner: str, status: str, *, whole: bool, start: object, end: object,

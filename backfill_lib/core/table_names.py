@@ -205,11 +205,21 @@ def catalog_staging_table(name: str, staging_schema: str, run_id: str) -> str:
     return f"{catalog}{staging_schema}.{flat}__{run_id}"
 
 
+def location_key(location: str) -> str:
+    """``location`` without a trailing slash and with ``file:///`` written ``file:/``: what two spellings of one
+    Delta directory share."""
+    location = location.rstrip("/")
+    return "file:/" + location[len("file:///"):] if location.startswith("file:///") else location
+
+
+def location_spellings(location: str) -> list[str]:
+    """The spellings of ``location`` that :func:`location_key` folds together (for an SQL ``IN`` filter)."""
+    bare = location_key(location)
+    forms = {bare, bare.replace("file:/", "file:///", 1) if bare.startswith("file:/") else bare}
+    return sorted(forms | {form + "/" for form in forms})
+
+
 def same_location(a: str | None, b: str | None) -> bool:
     """Whether two Delta locations (``file:/x/``, ``file:///x``) name one directory; ``False`` when either is
     ``None`` or empty."""
-    def norm(loc: str) -> str:
-        loc = loc.rstrip("/")
-        return "file:/" + loc[len("file:///"):] if loc.startswith("file:///") else loc
-
-    return bool(a) and bool(b) and norm(a) == norm(b)
+    return bool(a) and bool(b) and location_key(a) == location_key(b)

@@ -148,7 +148,7 @@ class Ledger(EventWriter):
 
         ``flush=False`` reads what is committed without waiting for this process's queued events."""
         from backfill_lib.core.leases import RELEASED, lease_of
-        from backfill_lib.core.table_names import same_location, same_table_key
+        from backfill_lib.core.table_names import location_spellings, same_location, same_table_key
 
         if flush:
             self.flush()
@@ -157,11 +157,8 @@ class Ledger(EventWriter):
         if key.isascii():  # Spark's and Python's lower-casing agree on ASCII; other names are compared below only
             named = F.lower("target_table") == F.lit(key)
             if location:  # runs whose plan read this path under another name (only a plan event holds the path)
-                bare = location.rstrip("/").replace("file:///", "file:/", 1)
-                spellings = {bare, bare + "/", bare.replace("file:/", "file:///", 1),
-                             bare.replace("file:/", "file:///", 1) + "/"}
-                there = (runs.where(F.get_json_object("plan_json", "$.target_location").isin(*sorted(spellings)))
-                         .select("run_id").distinct().withColumn("_there", F.lit(True)))
+                read_it = F.get_json_object("plan_json", "$.target_location").isin(*location_spellings(location))
+                there = runs.where(read_it).select("run_id").distinct().withColumn("_there", F.lit(True))
                 runs = runs.join(there, "run_id", "left").where(named | F.col("_there").isNotNull()).drop("_there")
             else:
                 runs = runs.where(named)
