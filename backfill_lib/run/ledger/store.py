@@ -141,8 +141,8 @@ class Ledger(EventWriter):
         status is not final (not in :data:`~backfill_lib.core.leases.RELEASED`); expired ones and failed runs that
         hold none (:attr:`~backfill_lib.core.leases.Lease.held`) included.
 
-        One read of the ``runs`` table (and one more for the runs whose plan read ``location``), folded once (each
-        run's first ``seq`` taken in the same fold), of the events of ``table`` only: the ledger stores a run's
+        One read of the ``runs`` table, folded once (each run's first ``seq`` taken in the same fold), of the events
+        of ``table`` (and of the runs whose plan read ``location``) only: the ledger stores a run's
         target in its canonical spelling, whose lower-cased form is
         :func:`~backfill_lib.core.table_names.same_table_key`'s, so SQL filters on it before folding.
 
@@ -156,10 +156,13 @@ class Ledger(EventWriter):
         runs = self.spark.table(self.table("runs"))
         if key.isascii():  # Spark's and Python's lower-casing agree on ASCII; other names are compared below only
             named = F.lower("target_table") == F.lit(key)
-            if location:  # runs whose plan read this path under another name (only a plan event holds the path)
+            if location:
+                # Also the runs whose plan read this path under another name. Only a plan event holds the path, so
+                # a window marks every event of such a run; one scan, whose shuffle carries no other run's plan.
                 read_it = F.get_json_object("plan_json", "$.target_location").isin(*location_spellings(location))
-                there = runs.where(read_it).select("run_id").distinct().withColumn("_there", F.lit(True))
-                runs = runs.join(there, "run_id", "left").where(named | F.col("_there").isNotNull()).drop("_there")
+                there = F.max(F.coalesce(read_it, F.lit(False))).over(Window.partitionBy("run_id"))
+                runs = (runs.where(named | read_it | F.col("plan_json").isNull())
+                        .withColumn("_there", there).where(named | F.col("_there")).drop("_there"))
             else:
                 runs = runs.where(named)
         held = (self._fold_runs(runs, planned_seq=F.min("seq"))
