@@ -141,10 +141,11 @@ class Ledger(EventWriter):
         status is not final (not in :data:`~backfill_lib.core.leases.RELEASED`); expired ones and failed runs that
         hold none (:attr:`~backfill_lib.core.leases.Lease.held`) included.
 
-        One read of the ``runs`` table, folded once (each run's first ``seq`` taken in the same fold), of the events
-        of ``table`` (and of the runs whose plan read ``location``) only: the ledger stores a run's
-        target in its canonical spelling, whose lower-cased form is
-        :func:`~backfill_lib.core.table_names.same_table_key`'s, so SQL filters on it before folding.
+        Read without a shuffle, as it stands before every run's staging: the narrow columns of the events of
+        ``table`` (the ledger stores a run's target in its canonical spelling, whose lower-cased form is
+        :func:`~backfill_lib.core.table_names.same_table_key`'s, so SQL filters on it) and the plan events that
+        read ``location`` are collected and folded here; then, only when a run holds its lease, the plans of the
+        runs that do; and, only when another name's run read ``location``, that run's events.
 
         ``flush=False`` reads what is committed without waiting for this process's queued events."""
         from backfill_lib.core.leases import RELEASED, lease_of
@@ -154,20 +155,34 @@ class Ledger(EventWriter):
             self.flush()
         key = same_table_key(table)
         runs = self.spark.table(self.table("runs"))
-        if key.isascii():  # Spark's and Python's lower-casing agree on ASCII; other names are compared below only
+        narrow = ["run_id", "seq", "status", "event_at", "owner", "resumable", "target_table"]
+        if not key.isascii():  # Spark's and Python's lower-casing agree on ASCII only: every run, compared below
+            events = runs.select(*narrow).collect()
+        else:
             named = F.lower("target_table") == F.lit(key)
-            if location:
-                # Also the runs whose plan read this path under another name. Only a plan event holds the path, so
-                # a window marks every event of such a run; one scan, whose shuffle carries no other run's plan.
+            if location:  # only a plan event holds the path
                 read_it = F.get_json_object("plan_json", "$.target_location").isin(*location_spellings(location))
-                there = F.max(F.coalesce(read_it, F.lit(False))).over(Window.partitionBy("run_id"))
-                runs = (runs.where(named | read_it | F.col("plan_json").isNull())
-                        .withColumn("_there", there).where(named | F.col("_there")).drop("_there"))
-            else:
-                runs = runs.where(named)
-        held = (self._fold_runs(runs, planned_seq=F.min("seq"))
-                .where(~F.col("status").isin(*RELEASED)).collect())
-        leases = [lease_of(r.asDict()) for r in held if r["plan_json"] is not None]
+                named = named | F.coalesce(read_it, F.lit(False))
+            events = runs.where(named).select(*narrow).collect()
+            others = {e.run_id for e in events if e.target_table is None or same_table_key(e.target_table) != key}
+            if others:  # their events under their own name, not matched by the filter above
+                events = [e for e in events if e.run_id not in others] + runs.where(
+                    F.col("run_id").isin(*sorted(others))).select(*narrow).collect()
+        latest, first = {}, {}
+        for event in events:
+            if event.run_id not in latest or event.seq > latest[event.run_id].seq:
+                latest[event.run_id] = event
+            first[event.run_id] = min(event.seq, first.get(event.run_id, event.seq))
+        open_ids = sorted(run_id for run_id, event in latest.items() if event.status not in RELEASED)
+        if not open_ids:
+            return []
+        plans = {}
+        for row in (runs.where(F.col("run_id").isin(*open_ids) & F.col("plan_json").isNotNull())
+                    .select("run_id", "seq", "plan_json").collect()):
+            if row.run_id not in plans or row.seq > plans[row.run_id].seq:
+                plans[row.run_id] = row
+        leases = [lease_of({**latest[run_id].asDict(), "plan_json": plans[run_id].plan_json,
+                            "planned_seq": first[run_id]}) for run_id in open_ids if run_id in plans]
         return [lease for lease in leases
                 if same_table_key(lease.table) == key or same_location(lease.location, location)]
 
