@@ -155,14 +155,13 @@ class Runner:
         if plan.source_versions is None:  # a plan not from prepare (a mart's child run): its sources as of now
             plan = replace(plan, source_versions=pin_sources(self.spark, plan.request))
         leased = not self.concurrent and plan.parent_run_id is None  # a mart's child runs under its parent's lease
-        if leased:
-            self._take_turn(plan)
+        mark = self._take_turn(plan) if leased else None
         with self.ledger.durable():
             record = self.ledger.record_run(run_record(plan), "planned")
             if on_durable:
                 self.ledger.when_committed(self.ledger.recorded(), lambda: on_durable(plan.run_id))
             # Confirmed while the first batch reads its source: each batch waits for it before its first write.
-            confirmed = self._confirming(plan, self.ledger.recorded()) if leased else None
+            confirmed = self._confirming(plan, self.ledger.recorded(), mark) if leased else None
             return self._execute(plan, record, until, confirmed)
 
     def _lease(self, plan: BackfillPlan, planned_seq: int):
@@ -208,41 +207,50 @@ class Runner:
             time.sleep(self.settings.lease_poll_seconds)
             other = self.ledger.run(run_id)
 
-    def _take_turn(self, plan: BackfillPlan) -> None:
-        """Refuse ``plan`` if another run holds an overlapping range of its target."""
+    def _take_turn(self, plan: BackfillPlan) -> tuple[int, int] | None:
+        """Refuse ``plan`` if another run holds an overlapping range of its target; else return the ledger's
+        ``runs`` table mark (:meth:`~backfill_lib.run.ledger.writer.EventWriter.commit_mark`) taken before the
+        read, for :meth:`_confirm_lease`."""
         import time
 
         from backfill_lib.core.leases import holding, refusal
 
         hours = self.settings.lease_hours
         mine = self._lease(plan, time.time_ns())
-        held = holding(self.ledger.leases(plan.target_table, location=plan.target_location), mine, utc_now(),
-                       hours)
+        self.ledger.flush()
+        mark = self.ledger.commit_mark("runs")
+        held = holding(self.ledger.leases(plan.target_table, flush=False, location=plan.target_location), mine,
+                       utc_now(), hours)
         if held:
             raise LeaseError(f"{plan.request_path}: {refusal(mine, held, hours)}")
+        return mark
 
-    def _confirming(self, plan: BackfillPlan, planned_seq: int) -> Future:
+    def _confirming(self, plan: BackfillPlan, planned_seq: int, mark: tuple[int, int] | None) -> Future:
         """Start :meth:`_confirm_lease` in a thread; the future's result is its refusal (``None``: confirmed).
         :meth:`_execute` awaits it before the run's first write and before recording how the run ended."""
         confirmed: Future = Future()
 
         def confirm() -> None:
             try:
-                confirmed.set_result(self._confirm_lease(plan, planned_seq))
+                confirmed.set_result(self._confirm_lease(plan, planned_seq, mark))
             except BaseException as exc:  # a failed ledger read: the run's own thread raises it
                 confirmed.set_exception(exc)
 
         threading.Thread(target=confirm, name=f"{plan.run_id}-lease", daemon=True).start()
         return confirmed
 
-    def _confirm_lease(self, plan: BackfillPlan, planned_seq: int) -> str | None:
+    def _confirm_lease(self, plan: BackfillPlan, planned_seq: int, mark: tuple[int, int] | None) -> str | None:
         """Once the ``planned`` event (``planned_seq``) is committed: when an overlapping run recorded its plan
-        earlier (both passed :meth:`_take_turn` at once), the refusal that withdraws this one; else ``None``."""
+        earlier (both passed :meth:`_take_turn` at once), the refusal that withdraws this one; else ``None``.
+        When nothing but this run's own events reached the ``runs`` table since :meth:`_take_turn`'s read
+        (``mark``), no plan can have been recorded before this one unseen, and the ledger is not read again."""
         from backfill_lib.core.leases import holding, refusal
 
         # The plan commits with the run's first staging events, in the burst staging starts
         # (BatchStager.stage calls write_now): one ledger commit fewer than committing the plan alone first.
         self.ledger.wait_committed(planned_seq, hurry=False)
+        if self.ledger.only_commits_of("runs", mark, plan.run_id):
+            return None
         leases = self.ledger.leases(plan.target_table, flush=False, location=plan.target_location)
         own = next((lease for lease in leases if lease.run_id == plan.run_id), None)
         if own is None:

@@ -139,10 +139,13 @@ def test_cleanup_drops_only_staging_of_final_runs_past_the_age_and_outside_the_r
 
 # --- Spark --------------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("writer", ["another_process", "this_runner"])
 def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_writing(
-        spark, settings, db, tmp_path, make_runner, monkeypatch):
+        spark, settings, db, tmp_path, make_runner, monkeypatch, writer):
     # Both runs pass the first check at once; the later ``planned`` event withdraws. The confirmation runs while
     # the first batch reads its source, so this checks no batch writes before it and the run ends abandoned.
+    # The other plan comes through another ledger writer (another process), or through this runner's own (its
+    # commit is then one of this writer's, but of another run: the confirmation must still read the ledger).
     from backfill_lib.adapters.delta_log import current_version
     from backfill_lib.core.errors import LeaseError
     from backfill_lib.run.ledger import Ledger, run_record
@@ -152,30 +155,50 @@ def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_
     make_events(spark, db, FULL_SOURCE)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    first, _ = prepare(spark, settings, events_request(tmp_path / "a", db, start=D8, end=D9), run_id="race_first")
+    first, _ = prepare(spark, settings, events_request(tmp_path / "a", db, start=D8, end=D9),
+                       run_id=f"race_first_{writer}")
     second_request = events_request(tmp_path / "b", db, start=D9, end=D10)
-    second, state = prepare(spark, settings, second_request, run_id="race_second")
+    second, state = prepare(spark, settings, second_request, run_id=f"race_second_{writer}")
     other = Ledger(spark, settings.ledger_schema)  # the other process's ledger writer
     checked = Runner._take_turn
 
     def other_run_plans_meanwhile(self, plan):
-        checked(self, plan)
-        other.record_run(run_record(first), "planned")
-        other.flush()
+        mark = checked(self, plan)
+        writing = other if writer == "another_process" else self.ledger
+        writing.record_run(run_record(first), "planned")
+        writing.flush()
+        return mark
 
     monkeypatch.setattr(Runner, "_take_turn", other_run_plans_meanwhile)
     with pytest.raises(LeaseError) as err:
         make_runner().run(second, state)
     assert str(err.value).startswith(
-        f"{second_request}: table {db}.events: run race_first (owner ana@example.com, status planned) holds "
-        "[2024-03-08, 2024-03-10) UTC, which overlaps this run's [2024-03-09, 2024-03-11) UTC; finish it")
-    after = other.run("race_second")
+        f"{second_request}: table {db}.events: run race_first_{writer} (owner ana@example.com, status planned) "
+        "holds [2024-03-08, 2024-03-10) UTC, which overlaps this run's [2024-03-09, 2024-03-11) UTC; finish it")
+    after = other.run(f"race_second_{writer}")
     assert (after["status"], after["message"].split(": run ")[0]) == (
         "abandoned", f"withdrawn at start: table {db}.events")
     assert not spark.catalog.tableExists(second.staging_table)  # no batch wrote
     assert current_version(spark, f"{db}.events") == 0
     monkeypatch.undo()
-    assert make_runner().abandon("race_first", "test done").startswith("run race_first (planned) abandoned")
+    assert make_runner().abandon(f"race_first_{writer}", "test done").startswith(
+        f"run race_first_{writer} (planned) abandoned")
+
+
+def test_a_run_alone_on_the_ledger_reads_the_leases_once(spark, settings, db, tmp_path, make_runner, monkeypatch):
+    # Nothing but the run's own events reached the runs table between its turn and its plan's commit: the
+    # confirmation has nothing new to read (the read stands before each batch's first write)
+    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.runner import prepare
+    from tests.fixtures import D8, D9, FULL_SOURCE, events_request, make_events
+
+    make_events(spark, db, FULL_SOURCE)
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D8, end=D9), run_id="alone")
+    reads = []
+    read = Ledger.leases
+    monkeypatch.setattr(Ledger, "leases", lambda self, *a, **k: reads.append(a[0]) or read(self, *a, **k))
+    assert make_runner().run(plan, state).status == "published"
+    assert reads == [f"{db}.events"]
 
 
 def test_a_second_overlapping_run_is_refused_until_the_first_is_final(spark, settings, db, tmp_path, make_runner):

@@ -59,6 +59,10 @@ class EventWriter:
         self._flushing = 0  # threads waiting in flush(): the writer stops lingering
         self._hurry = False  # write_now() was called: the writer stops lingering once
         self._on_commit: list[tuple[int, object]] = []  # (seq, callback) run by the writer once seq is committed
+        #: per table: the run IDs of each commit this writer made, in order (see commit_mark); its lock is held
+        #: across each INSERT into the table and the entry it adds
+        self._commits: dict[str, list[frozenset]] = {name: [] for name in SCHEMAS}
+        self._commit_locks = {name: threading.Lock() for name in SCHEMAS}
 
     def table(self, name: str) -> str:
         return f"{self.schema}.{name}"
@@ -128,11 +132,35 @@ class EventWriter:
         payload = json.dumps([{f.name: json_value(r.get(f.name)) for f in schema.fields} for r in rows])
         columns = ", ".join(f.name for f in schema.fields)
         array_type = f"array<{schema.simpleString()}>"
-        self.spark.sql(
-            f"INSERT INTO {self.table(name)} ({columns}) SELECT {columns} FROM (SELECT inline(from_json("
-            f"{string_literal(payload)}, '{array_type}', "
-            f"map('timestampFormat', {string_literal(JSON_TIMESTAMP_FORMAT)}, 'mode', 'FAILFAST'))))"
-        )
+        with self._commit_locks[name]:
+            self.spark.sql(
+                f"INSERT INTO {self.table(name)} ({columns}) SELECT {columns} FROM (SELECT inline(from_json("
+                f"{string_literal(payload)}, '{array_type}', "
+                f"map('timestampFormat', {string_literal(JSON_TIMESTAMP_FORMAT)}, 'mode', 'FAILFAST'))))"
+            )
+            self._commits[name].append(frozenset(r.get("run_id") for r in rows))
+
+    def commit_mark(self, name: str) -> tuple[int, int] | None:
+        """Table ``name``'s latest version and how many commits this writer has made to it, read while none of
+        this writer's INSERTs into it is under way, for :meth:`only_commits_of`; ``None`` when the version cannot
+        be read."""
+        from backfill_lib.adapters.delta_log import current_version
+
+        with self._commit_locks[name]:
+            try:
+                return current_version(self.spark, self.table(name)), len(self._commits[name])
+            except Exception:
+                return None
+
+    def only_commits_of(self, name: str, mark: tuple[int, int] | None, run_id: str) -> bool:
+        """Whether every commit to table ``name`` since ``mark`` (:meth:`commit_mark`) was this writer's, holding
+        events of ``run_id`` only: no other process or run has written to it since. ``False`` when unsure (no
+        mark, a version that cannot be read, an INSERT that failed after its commit)."""
+        now = self.commit_mark(name)
+        if mark is None or now is None:
+            return False
+        since = self._commits[name][mark[1]:now[1]]
+        return now[0] - mark[0] == len(since) and all(runs <= {run_id} for runs in since)
 
     def write_now(self) -> None:
         """Start committing what is queued without waiting for it (the writer stops lingering), so the commit
