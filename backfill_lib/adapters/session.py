@@ -106,6 +106,51 @@ def session_time_zone(spark: SparkSession, zone: str, where: str):
         spark.conf.set(SESSION_TIME_ZONE, previous)
 
 
+class CommitConfsGate:
+    """Keeps ledger commits out of the window in which a commit's session confs are set.
+
+    A publish sets Delta's ``userMetadata``, idempotent-write ``txnAppId`` / ``txnVersion`` and auto compaction
+    off on the whole session (:func:`backfill_lib.publish.commit.session_confs`), which the ledger's writer
+    thread shares: a ledger INSERT in that window committed with the publish's ``txnAppId`` and version, and
+    Delta silently skipped the next such ledger commit. ``confs_set()`` is exclusive; ``ledger_commit()`` is
+    shared (the ledger's tables commit at once) and waits while confs are set."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._commits = 0
+        self._confs_set = False
+
+    @contextlib.contextmanager
+    def confs_set(self):
+        with self._cond:
+            while self._confs_set or self._commits:
+                self._cond.wait()
+            self._confs_set = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._confs_set = False
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def ledger_commit(self):
+        with self._cond:
+            while self._confs_set:
+                self._cond.wait()
+            self._commits += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._commits -= 1
+                self._cond.notify_all()
+
+
+#: The process's one gate (one per process: every session of it shares the confs' owner, the SparkContext)
+COMMIT_CONFS = CommitConfsGate()
+
+
 #: Delta conf: store a small table's file list in each commit's checksum (``.crc``) file.
 ALL_FILES_IN_CRC = "spark.databricks.delta.allFilesInCrc.enabled"
 

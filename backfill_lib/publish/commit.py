@@ -47,18 +47,23 @@ def commit_metadata(plan: BackfillPlan, action: str, **extra: str) -> str:
 
 @contextmanager
 def session_confs(spark: SparkSession, confs: dict[str, str]):
-    """Set the session confs ``confs`` for the block, then put back each previous value (or unset it)."""
-    previous = {k: spark.conf.get(k, None) for k in confs}
-    for k, v in confs.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in previous.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+    """Set the session confs ``confs`` for the block, then put back each previous value (or unset it). No ledger
+    commit runs meanwhile (:data:`~backfill_lib.adapters.session.COMMIT_CONFS`): the block must not wait for
+    the ledger."""
+    from backfill_lib.adapters.session import COMMIT_CONFS
+
+    with COMMIT_CONFS.confs_set():
+        previous = {k: spark.conf.get(k, None) for k in confs}
+        for k, v in confs.items():
+            spark.conf.set(k, v)
+        try:
+            yield
+        finally:
+            for k, v in previous.items():
+                if v is None:
+                    spark.conf.unset(k)
+                else:
+                    spark.conf.set(k, v)
 
 
 def user_metadata(spark: SparkSession, value: str):

@@ -189,3 +189,26 @@ def test_two_processes_creating_a_new_ledger_at_once_both_go_on(spark, db):
         assert [current_version(spark, f"{schema}.{t}") for t in ("checks", "diffs", "partitions", "runs")] == [0] * 4
     finally:
         spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_events_recorded_while_a_publish_sets_its_commit_confs_commit_after_it_without_them(spark, db):
+    # The ledger's writer thread shares the session whose confs a publish sets for its commit. Two bursts in
+    # that window once both took the publish's txnAppId and version: the first committed with the publish's
+    # userMetadata, and Delta skipped the second as a repeat of it (its event lost, the writer none the wiser).
+    from backfill_lib.publish.commit import TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF, session_confs
+
+    ledger = Ledger(spark, db)
+    ledger.ensure()
+    before = current_version(spark, f"{db}.runs")
+    confs = {USER_METADATA_CONF: '{"run_id": "pub"}', TXN_APP_ID_CONF: "delta-backfill:pub", TXN_VERSION_CONF: "1"}
+    with session_confs(spark, confs):
+        for status in ("planned", "staging"):
+            ledger.record_run({"run_id": "r_confs", "target_table": "x.events"}, status)
+            ledger.write_now()
+            time.sleep(2)  # long enough for the writer to commit, were it allowed to
+        assert current_version(spark, f"{db}.runs") == before  # nothing committed in the window
+    ledger.flush()
+    assert [r["status"] for r in spark.table(f"{db}.runs").orderBy("seq").collect()] == ["planned", "staging"]
+    history = spark.sql(f"DESCRIBE HISTORY {db}.runs").where(f"version > {before}").collect()
+    assert [h["userMetadata"] for h in history] == [None] * len(history)
+    assert len(history) >= 1

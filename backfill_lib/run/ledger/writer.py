@@ -132,7 +132,10 @@ class EventWriter:
         payload = json.dumps([{f.name: json_value(r.get(f.name)) for f in schema.fields} for r in rows])
         columns = ", ".join(f.name for f in schema.fields)
         array_type = f"array<{schema.simpleString()}>"
-        with self._commit_locks[name]:
+        from backfill_lib.adapters.session import COMMIT_CONFS
+
+        # not while a publish's session confs are set: the INSERT would commit with its txnAppId and userMetadata
+        with self._commit_locks[name], COMMIT_CONFS.ledger_commit():
             self.spark.sql(
                 f"INSERT INTO {self.table(name)} ({columns}) SELECT {columns} FROM (SELECT inline(from_json("
                 f"{string_literal(payload)}, '{array_type}', "
