@@ -281,6 +281,45 @@ def refuse_a_home_in_use(settings: Settings) -> None:
         fcntl.lockf(handle, fcntl.LOCK_UN)
 
 
+
+#: The driver's Java options the embedded default always sets (before any of the settings')
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def local_session_options(settings: Settings, short_lived: bool = False) -> dict[str, str]:
+    """The Spark options the embedded default starts with, before Delta's jars and the class archive are added.
+
+    The settings' ``spark.options`` override the defaults, except ``spark.driver.extraJavaOptions``: the settings'
+    Java options come after the product's own (Derby's system home and the log4j file under ``settings.home``; a
+    ``-D`` given twice takes the last value), not instead of them, since without those Derby writes ``derby.log``
+    into the working folder and the JVM prints Spark's INFO lines. ``short_lived`` appends
+    :data:`SHORT_LIVED_JVM_OPTIONS` after both and sets :data:`SHORT_LIVED_OPTIONS`. Pure: reads no file.
+    """
+    home = settings.home.resolve()
+    options = {
+        "spark.master": settings.spark.master,
+        "spark.app.name": settings.spark.app_name,
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.sql.warehouse.dir": str(settings.warehouse_dir),
+        SESSION_TIME_ZONE: settings.time_zone,
+        # Batches run as concurrent jobs; FAIR shares the executors between them instead of first-come.
+        "spark.scheduler.mode": "FAIR",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={settings.metastore_dir};create=true",
+        # Derby writes derby.log into its system home; keep it inside the project folder, not the cwd.
+        JAVA_OPTIONS: f"-Dderby.system.home={home} -Dlog4j.configurationFile={home / 'log4j2.properties'}",
+        "spark.sql.catalogImplementation": "hive",  # what SparkSession.Builder.enableHiveSupport sets
+    }
+    own_java_options = options[JAVA_OPTIONS]
+    options.update(settings.spark.options)
+    java_options = [own_java_options, settings.spark.options.get(JAVA_OPTIONS, "")]
+    if short_lived:
+        java_options.append(SHORT_LIVED_JVM_OPTIONS)
+        options.update(SHORT_LIVED_OPTIONS)
+    options[JAVA_OPTIONS] = " ".join(o.strip() for o in java_options if o.strip())
+    return options
+
+
 def build_local_session(settings: Settings, short_lived: bool = False) -> SparkSession:
     """Build the embedded default: local master, Delta, warehouse and Derby metastore under ``settings.home``;
     ``short_lived`` adds :data:`SHORT_LIVED_JVM_OPTIONS` after the driver's Java options (the settings' own too)
@@ -297,28 +336,9 @@ def build_local_session(settings: Settings, short_lived: bool = False) -> SparkS
 
     refuse_a_home_in_use(settings)
     settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
-    home = settings.home.resolve()
-    log4j = home / "log4j2.properties"
+    log4j = settings.home.resolve() / "log4j2.properties"
     log4j.write_text(LOG4J2_PROPERTIES)
-    options = {
-        "spark.master": settings.spark.master,
-        "spark.app.name": settings.spark.app_name,
-        "spark.sql.extensions": DELTA_EXTENSION,
-        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
-        "spark.sql.warehouse.dir": str(settings.warehouse_dir),
-        SESSION_TIME_ZONE: settings.time_zone,
-        # Batches run as concurrent jobs; FAIR shares the executors between them instead of first-come.
-        "spark.scheduler.mode": "FAIR",
-        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={settings.metastore_dir};create=true",
-        # Derby writes derby.log into its system home; keep it inside the project folder, not the cwd.
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={home} -Dlog4j.configurationFile={log4j}",
-        "spark.sql.catalogImplementation": "hive",  # what SparkSession.Builder.enableHiveSupport sets
-    }
-    options.update(settings.spark.options)
-    if short_lived:
-        java_options = options.get("spark.driver.extraJavaOptions", "")
-        options["spark.driver.extraJavaOptions"] = f"{java_options} {SHORT_LIVED_JVM_OPTIONS}".strip()
-        options.update(SHORT_LIVED_OPTIONS)
+    options = local_session_options(settings, short_lived)
     package = delta_package()
     jars = cached_jars(options, package)
     resolved_by_user = any(options.get(key) for key in RESOLUTION_OPTIONS)

@@ -17,6 +17,8 @@ from datetime import date
 from backfill_lib.adapters.delta_jars import cached_jars, jar_list_path, remember_jars
 from backfill_lib.adapters.jvm_archive import ARCHIVE_ENV, archive_dir, archive_options, archive_path, finish_archive
 from backfill_lib.adapters.jvm_output import INCUBATOR_WARNING, JvmStderr
+from backfill_lib.adapters.session import JAVA_OPTIONS, SHORT_LIVED_JVM_OPTIONS, local_session_options
+from backfill_lib.core.settings import Settings, SparkSettings
 from backfill_lib.core.table_names import path_table
 from tests.conftest import ROOT, write_request
 from tests.fixtures import EVENTS_SCHEMA, TARGET_ROWS
@@ -29,6 +31,23 @@ IVY_REPORT = [
 ]
 IVY_END = "\t0 artifacts copied, 33 already retrieved (0kB/25ms)"
 
+
+
+def test_the_settings_java_options_come_after_the_products_own_not_instead(tmp_path):
+    spark = SparkSettings(options={JAVA_OPTIONS: "-Dderby.storage.pageSize=8192  -Xss4m", "spark.ui.enabled": "true"})
+    settings = Settings(home=tmp_path / "h", spark=spark)
+    home = (tmp_path / "h").resolve()
+    own = f"-Dderby.system.home={home} -Dlog4j.configurationFile={home / 'log4j2.properties'}"
+
+    options = local_session_options(settings)
+    assert options[JAVA_OPTIONS] == f"{own} -Dderby.storage.pageSize=8192  -Xss4m"
+    assert options["spark.ui.enabled"] == "true"  # any other option: the settings' value wins
+    assert "spark.sql.adaptive.enabled" not in options
+
+    short = local_session_options(settings, short_lived=True)
+    assert short[JAVA_OPTIONS] == f"{own} -Dderby.storage.pageSize=8192  -Xss4m {SHORT_LIVED_JVM_OPTIONS}"
+    assert short["spark.sql.adaptive.enabled"] == "false"
+    assert local_session_options(Settings(home=tmp_path / "h"))[JAVA_OPTIONS] == own  # none in the settings
 
 def _through_filter(tmp_path, lines: list[str], failed: bool = False) -> str:
     """What ``lines``, written by a child process to a :class:`JvmStderr`'s pipe, come out as."""
