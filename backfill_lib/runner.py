@@ -240,11 +240,12 @@ class Runner:
         return confirmed
 
     def _confirm_lease(self, plan: BackfillPlan, planned_seq: int, mark: tuple[int, int] | None) -> str | None:
-        """Once the ``planned`` event (``planned_seq``) is committed: when an overlapping run recorded its plan
-        earlier (both passed :meth:`_take_turn` at once), the refusal that withdraws this one; else ``None``.
+        """Once the ``planned`` event (``planned_seq``) is committed: when an overlapping run's plan reached the
+        ledger first (both passed :meth:`_take_turn` at once; :func:`~backfill_lib.core.leases.committed_before`
+        orders them by commit version), the refusal that withdraws this one; else ``None``.
         When nothing but this run's own events reached the ``runs`` table since :meth:`_take_turn`'s read
         (``mark``), no plan can have been recorded before this one unseen, and the ledger is not read again."""
-        from backfill_lib.core.leases import holding, refusal
+        from backfill_lib.core.leases import committed_before, holding, refusal
 
         # The plan commits with the run's first staging events, in the burst staging starts
         # (BatchStager.stage calls write_now): one ledger commit fewer than committing the plan alone first.
@@ -255,8 +256,8 @@ class Runner:
         own = next((lease for lease in leases if lease.run_id == plan.run_id), None)
         if own is None:
             return None
-        earlier = [lease for lease in holding(leases, own, utc_now(), self.settings.lease_hours)
-                   if (lease.planned_seq, lease.run_id) < (own.planned_seq, own.run_id)]
+        held = holding(leases, own, utc_now(), self.settings.lease_hours)
+        earlier = committed_before(held, own, self.ledger.first_commits("runs", mark)) if held else []
         return refusal(own, earlier, self.settings.lease_hours) if earlier else None
 
     def abandon(self, run_id: str, reason: str) -> str:
@@ -319,8 +320,36 @@ class Runner:
         if status == "rolling_back":  # a rollback or automatic restore was killed: finish it, as it would have
             self.rollbacks.continue_recorded(plan, record, reporter)
         reporter.stage(f"resuming from status {status}")
+        self._check_lease_on_resume(plan, record)
         with self.ledger.durable():
             return self._execute(plan, record, until)
+
+    def _check_lease_on_resume(self, plan: BackfillPlan, record: dict) -> None:
+        """Refuse to resume ``plan`` when its lease expired (no event for ``lease_hours``) and another run that
+        is not final now holds an overlapping range of its target: that run may have started once this one's
+        lease lapsed, and the two would write the same partitions. A run whose lease stands goes on without a
+        read (any overlapping run beside it started with ``--concurrent``, or withdraws); so does a mart's child
+        run (its parent's lease) and a runner with :attr:`concurrent`.
+
+        Raises
+        ------
+        LeaseError
+            Naming this run, when its lease lapsed, and the run that holds the range.
+        """
+        from backfill_lib.core.leases import holding, lease_of
+
+        hours = self.settings.lease_hours
+        mine = lease_of({**record, "planned_seq": record.get("planned_seq") or record["seq"]})
+        if self.concurrent or plan.parent_run_id is not None or not mine.expired(utc_now(), hours):
+            return
+        held = holding(self.ledger.leases(plan.target_table, location=plan.target_location), mine, utc_now(), hours)
+        if held:
+            first = held[0]
+            raise LeaseError(
+                f"run {plan.run_id}: its lease of table {mine.table} lapsed (no event for {hours:g} hours) and run "
+                f"{first.run_id} (owner {first.owner}, status {first.status}) now holds {first.span()}, which "
+                f"overlaps this run's {mine.span()}; finish that run (`backfill resume {first.run_id}`) or release "
+                f"it (`backfill abandon {first.run_id} --reason TEXT`) before resuming this one, or abandon this one")
 
     def _execute(self, plan: BackfillPlan, record: dict, until: str | None,
                  confirmed: Future | None = None) -> RunResult:

@@ -9,8 +9,9 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from backfill_lib.core.leases import holding, lease_of, make_lease, refusal
+from backfill_lib.core.leases import committed_before, holding, lease_of, make_lease, refusal
 from backfill_lib.core.partitions import Grain, half_open
+from backfill_lib.run.ledger.writer import commit_tag, tagged_runs
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
 NY = "America/New_York"
@@ -47,6 +48,28 @@ def test_leases_conflict_on_overlapping_ranges_of_the_same_table_while_their_run
         "rebuild); finish it (`backfill resume march`), wait for it (--after march), release it (`backfill abandon "
         "march --reason TEXT`) or run beside it (--concurrent); a lease also expires 24 hours after its run's last "
         "event")
+
+
+def test_of_two_racing_plans_the_one_committed_first_is_earlier_whatever_their_clocks():
+    # b stamped its plan first (seq 5) but its commit (version 12) came after a's (seq 7, version 11): b withdraws
+    # and a goes on. Ordered by seq instead, each would find the other the later one and both would go on.
+    a = lease("a", date(2024, 3, 1), date(2024, 3, 5), seq=7)
+    b = lease("b", date(2024, 3, 4), date(2024, 3, 9), seq=5)
+    commits = {"a": 11, "b": 12, "c": 10}
+    assert committed_before([b], a, commits) == []
+    assert committed_before([a], b, commits) == [a]
+    # a run whose commit names no runs (an older release, a statement by hand): by (planned_seq, run_id)
+    old = lease("old", date(2024, 3, 1), date(2024, 3, 2), seq=6)
+    assert committed_before([old], a, commits) == [old]
+    assert committed_before([old], b, commits) == []
+    assert committed_before([b], a, {}) == [b]  # the log could not be read: the stamps decide
+
+
+def test_a_ledger_commit_names_its_runs_and_other_metadata_names_none():
+    assert commit_tag({"r2", "r1", None}) == '{"ledger_runs": ["r1", "r2"]}'
+    assert tagged_runs(commit_tag({"r2", "r1"})) == ["r1", "r2"]
+    assert [tagged_runs(m) for m in (None, "", "not json", '{"run_id": "r1"}', '["r1"]', '{"ledger_runs": "r1"}',
+                                     '{"ledger_runs": ["r1", 3]}')] == [[], [], [], [], [], [], ["r1"]]
 
 
 def test_the_same_date_conflicts_whatever_the_zones_of_the_two_requests():
@@ -183,6 +206,108 @@ def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_
     monkeypatch.undo()
     assert make_runner().abandon(f"race_first_{writer}", "test done").startswith(
         f"run race_first_{writer} (planned) abandoned")
+
+
+def _race_plans(spark, settings, db, tmp_path, tag):
+    """Two overlapping recompute plans of ``db.events``: ``{tag}_a`` over 2024-03-08..09, ``{tag}_b`` over
+    2024-03-09..10 (the path of b's request is returned too, for its refusal)."""
+    from backfill_lib.runner import prepare
+    from tests.fixtures import D8, D9, D10, FULL_SOURCE, events_request, make_events
+
+    make_events(spark, db, FULL_SOURCE)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, a_state = prepare(spark, settings, events_request(tmp_path / "a", db, start=D8, end=D9), run_id=f"{tag}_a")
+    b_request = events_request(tmp_path / "b", db, start=D9, end=D10)
+    b, b_state = prepare(spark, settings, b_request, run_id=f"{tag}_b")
+    return (a, a_state), (b, b_state), b_request
+
+
+def test_a_plan_stamped_first_but_committed_after_an_overlapping_one_withdraws(
+        spark, settings, db, tmp_path, make_runner, monkeypatch):
+    # This run (b) stamps its plan, then another process (a) stamps and commits its own before b's commit lands.
+    # b then sees a with a later stamp; by stamps b would go on, and a, whose confirmation saw nothing, too.
+    from backfill_lib.adapters.delta_log import current_version
+    from backfill_lib.core.errors import LeaseError
+    from backfill_lib.run.ledger import EventWriter, Ledger, run_record
+
+    (a, _), (b, b_state), b_request = _race_plans(spark, settings, db, tmp_path, "late_commit")
+    other = Ledger(spark, settings.ledger_schema)  # a's process
+    insert = EventWriter._insert
+    overtaken = []
+
+    def a_commits_first(self, name, rows):
+        if self is not other and name == "runs" and not overtaken and any(
+                r["run_id"] == b.run_id and r["status"] == "planned" for r in rows):
+            overtaken.append(other.record_run(run_record(a), "planned")["run_id"])
+            other.flush()
+        return insert(self, name, rows)
+
+    monkeypatch.setattr(EventWriter, "_insert", a_commits_first)
+    with pytest.raises(LeaseError) as err:
+        make_runner().run(b, b_state)
+    monkeypatch.undo()
+    assert overtaken == [a.run_id]
+    assert str(err.value).startswith(f"{b_request}: table {db}.events: run {a.run_id} (owner ana@example.com, "
+                                     f"status planned) holds [2024-03-08, 2024-03-10) UTC")
+    assert other.run(b.run_id)["status"] == "abandoned"
+    assert current_version(spark, f"{db}.events") == 0
+    assert make_runner().abandon(a.run_id, "test done").startswith(f"run {a.run_id} (planned) abandoned")
+
+
+def test_a_plan_committed_first_goes_on_though_an_overlapping_plan_stamped_earlier_commits_after_it(
+        spark, settings, db, tmp_path, make_runner, monkeypatch):
+    # The other side of the race above: this run (a) committed its plan first; the other process's plan (b),
+    # stamped earlier, lands before a's confirmation reads the ledger. a goes on and publishes (b withdraws
+    # when it confirms).
+    from backfill_lib.run.ledger import Ledger, run_record
+    from backfill_lib.runner import Runner
+
+    (a, a_state), (b, _), _ = _race_plans(spark, settings, db, tmp_path, "early_stamp")
+    other = Ledger(spark, settings.ledger_schema)  # b's process
+    confirm = Runner._confirm_lease
+    stamps = []
+
+    def b_lands_before_the_read(self, plan, planned_seq, mark):
+        stamps.append(planned_seq)
+        self.ledger.wait_committed(planned_seq)
+        stamp = self.ledger.run(plan.run_id)["event_at"]
+        other._insert("runs", [{**run_record(b), "status": "planned", "seq": planned_seq - 10**9, "event_at": stamp}])
+        return confirm(self, plan, planned_seq, mark)
+
+    monkeypatch.setattr(Runner, "_confirm_lease", b_lands_before_the_read)
+    result = make_runner().run(a, a_state)
+    monkeypatch.undo()
+    assert result.status == "published"
+    assert other.run(b.run_id)["seq"] < stamps[0]  # b's plan carries the earlier stamp
+    assert make_runner().abandon(b.run_id, "test done").startswith(f"run {b.run_id} (planned) abandoned")
+
+
+def test_a_resume_after_its_lease_lapsed_is_refused_while_another_run_holds_the_range(
+        spark, settings, db, tmp_path, make_runner):
+    # a crashed and nobody resumed it for longer than lease_hours; b then took the overlapping range and still
+    # holds it. Resuming a now would stage beside b: refused, before anything is written.
+    from backfill_lib.adapters.delta_log import current_version
+    from backfill_lib.core.errors import LeaseError
+    from backfill_lib.run.ledger import Ledger, run_record
+
+    (a, _), (b, _), _ = _race_plans(spark, settings, db, tmp_path, "lapsed")
+    ledger = Ledger(spark, settings.ledger_schema)
+    ledger.ensure()
+    now = datetime.now(timezone.utc)
+    lapsed = now - timedelta(hours=settings.lease_hours + 1)
+    ledger._insert("runs", [{**run_record(a), "status": "planned", "seq": 1, "event_at": lapsed},
+                            {**run_record(b), "status": "planned", "seq": 2, "event_at": now}])
+    with pytest.raises(LeaseError) as err:
+        make_runner().resume(a.run_id)
+    assert str(err.value) == (
+        f"run {a.run_id}: its lease of table {db}.events lapsed (no event for {settings.lease_hours:g} hours) and "
+        f"run {b.run_id} (owner ana@example.com, status planned) now holds [2024-03-09, 2024-03-11) UTC, which "
+        f"overlaps this run's [2024-03-08, 2024-03-10) UTC; finish that run (`backfill resume {b.run_id}`) or "
+        f"release it (`backfill abandon {b.run_id} --reason TEXT`) before resuming this one, or abandon this one")
+    assert ledger.run(a.run_id)["status"] == "planned"  # nothing recorded, nothing staged
+    assert not spark.catalog.tableExists(a.staging_table)
+    assert current_version(spark, f"{db}.events") == 0
 
 
 def test_a_run_alone_on_the_ledger_reads_the_leases_once(spark, settings, db, tmp_path, make_runner, monkeypatch):
