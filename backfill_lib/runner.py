@@ -257,7 +257,7 @@ class Runner:
         if own is None:
             return None
         held = holding(leases, own, utc_now(), self.settings.lease_hours)
-        earlier = committed_before(held, own, self.ledger.first_commits("runs", mark)) if held else []
+        earlier = committed_before(held, own, self.ledger.planned_commits(mark)) if held else []
         return refusal(own, earlier, self.settings.lease_hours) if earlier else None
 
     def abandon(self, run_id: str, reason: str) -> str:
@@ -325,31 +325,34 @@ class Runner:
             return self._execute(plan, record, until)
 
     def _check_lease_on_resume(self, plan: BackfillPlan, record: dict) -> None:
-        """Refuse to resume ``plan`` when its lease expired (no event for ``lease_hours``) and another run that
-        is not final now holds an overlapping range of its target: that run may have started once this one's
-        lease lapsed, and the two would write the same partitions. A run whose lease stands goes on without a
-        read (any overlapping run beside it started with ``--concurrent``, or withdraws); so does a mart's child
-        run (its parent's lease) and a runner with :attr:`concurrent`.
+        """Refuse to resume ``plan`` when its lease lapsed (no event for ``lease_hours``) or was released (a
+        failure that would repeat) and another run that is not final now holds an overlapping range of its
+        target: that run may have started since, and the two would write the same partitions. A run whose lease
+        stands goes on without a read; so does a mart's child run (its parent's lease) and a runner with
+        :attr:`concurrent`. The check reads once, with no confirmation after it: a new run passing its turn in
+        the same moment is not seen.
 
         Raises
         ------
         LeaseError
-            Naming this run, when its lease lapsed, and the run that holds the range.
+            Naming this run, why its lease no longer holds, and the run that holds the range.
         """
         from backfill_lib.core.leases import holding, lease_of
 
         hours = self.settings.lease_hours
         mine = lease_of({**record, "planned_seq": record.get("planned_seq") or record["seq"]})
-        if self.concurrent or plan.parent_run_id is not None or not mine.expired(utc_now(), hours):
+        lapsed = mine.expired(utc_now(), hours)
+        if self.concurrent or plan.parent_run_id is not None or (mine.held and not lapsed):
             return
         held = holding(self.ledger.leases(plan.target_table, location=plan.target_location), mine, utc_now(), hours)
         if held:
             first = held[0]
+            why = f"lapsed (no event for {hours:g} hours)" if lapsed else f"was released when it {mine.status}"
             raise LeaseError(
-                f"run {plan.run_id}: its lease of table {mine.table} lapsed (no event for {hours:g} hours) and run "
-                f"{first.run_id} (owner {first.owner}, status {first.status}) now holds {first.span()}, which "
-                f"overlaps this run's {mine.span()}; finish that run (`backfill resume {first.run_id}`) or release "
-                f"it (`backfill abandon {first.run_id} --reason TEXT`) before resuming this one, or abandon this one")
+                f"run {plan.run_id}: its lease of table {mine.table} {why} and run {first.run_id} (owner "
+                f"{first.owner}, status {first.status}) now holds {first.span()}, which overlaps this run's "
+                f"{mine.span()}; finish that run (`backfill resume {first.run_id}`) or release it (`backfill "
+                f"abandon {first.run_id} --reason TEXT`) before resuming this one")
 
     def _execute(self, plan: BackfillPlan, record: dict, until: str | None,
                  confirmed: Future | None = None) -> RunResult:

@@ -158,21 +158,23 @@ def holding(leases: list[Lease], mine: Lease, now: datetime, lease_hours: float)
     return sorted(found, key=lambda lease: (lease.planned_seq, lease.run_id))
 
 
-def committed_before(held: list[Lease], mine: Lease, first_commits: dict[str, int]) -> list[Lease]:
-    """The leases of ``held`` whose run's events reached the ledger before ``mine``'s plan did.
+def committed_before(held: list[Lease], mine: Lease, planned_commits: dict[str, int]) -> list[Lease]:
+    """The leases of ``held`` whose run's plan reached the ledger before ``mine``'s did.
 
-    ``first_commits`` maps run IDs to the ``runs`` table version of their first commit since the caller's turn
-    (:meth:`~backfill_lib.run.ledger.writer.EventWriter.first_commits`). Commit order decides when both runs
+    ``planned_commits`` maps run IDs to the ``runs`` table version of the commit holding their ``planned``
+    event, for the plans committed since the caller's turn
+    (:meth:`~backfill_lib.run.ledger.writer.EventWriter.planned_commits`). Commit order decides when both plans
     are in it: a run stamps its plan's ``planned_seq`` from its own clock when recording it, which may commit
-    later than a plan stamped after it, and then each of the two would see the other as the later one. A lease
-    of a run missing from it (its commit names no runs: an older release, a statement by hand) falls back to
-    ``(planned_seq, run_id)``. Oldest first, as :func:`holding`.
+    later than a plan stamped after it, and then each of the two would see the other as the later one. Plans in
+    one commit, and a run missing from it (its plan committed before the turn, as a resumed run's, or in a commit
+    that names no runs: an older release) fall back to ``(planned_seq, run_id)``. Oldest first, as
+    :func:`holding`.
     """
-    own = first_commits.get(mine.run_id)
+    own = planned_commits.get(mine.run_id)
 
     def earlier(lease: Lease) -> bool:
-        theirs = first_commits.get(lease.run_id)
-        if own is not None and theirs is not None:
+        theirs = planned_commits.get(lease.run_id)
+        if own is not None and theirs is not None and theirs != own:
             return theirs < own
         return (lease.planned_seq, lease.run_id) < (mine.planned_seq, mine.run_id)
 

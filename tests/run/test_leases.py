@@ -11,7 +11,7 @@ import pytest
 
 from backfill_lib.core.leases import committed_before, holding, lease_of, make_lease, refusal
 from backfill_lib.core.partitions import Grain, half_open
-from backfill_lib.run.ledger.writer import commit_tag, tagged_runs
+from backfill_lib.run.ledger.writer import PLANNED_KEY, commit_tag, tagged_runs
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
 NY = "America/New_York"
@@ -62,15 +62,17 @@ def test_of_two_racing_plans_the_one_committed_first_is_earlier_whatever_their_c
     old = lease("old", date(2024, 3, 1), date(2024, 3, 2), seq=6)
     assert committed_before([old], a, commits) == [old]
     assert committed_before([old], b, commits) == []
-    assert committed_before([b], a, {}) == [b]  # the log could not be read: the stamps decide
+    assert committed_before([b], a, {}) == [b]  # no plan committed since the turn (a resume): the stamps decide
+    assert committed_before([b], a, {"a": 11, "b": 11}) == [b]  # one commit holds both plans: the stamps decide
+    assert committed_before([a], b, {"a": 11, "b": 11}) == []
 
 
-def test_a_ledger_commit_names_its_runs_and_other_metadata_names_none():
+def test_a_ledger_commit_names_its_runs_and_plans_and_other_metadata_names_none():
     assert commit_tag({"r2", "r1", None}) == '{"ledger_runs": ["r1", "r2"]}'
-    assert tagged_runs(commit_tag({"r2", "r1"})) == ["r1", "r2"]
+    tag = commit_tag({"r2", "r1"}, {"r2"})
+    assert (tagged_runs(tag), tagged_runs(tag, PLANNED_KEY)) == (["r1", "r2"], ["r2"])
     assert [tagged_runs(m) for m in (None, "", "not json", '{"run_id": "r1"}', '["r1"]', '{"ledger_runs": "r1"}',
                                      '{"ledger_runs": ["r1", 3]}')] == [[], [], [], [], [], [], ["r1"]]
-
 
 def test_the_same_date_conflicts_whatever_the_zones_of_the_two_requests():
     # a DATE partition 2024-03-02 is one partition in every zone; in instants these days are 24 hours apart
@@ -283,29 +285,34 @@ def test_a_plan_committed_first_goes_on_though_an_overlapping_plan_stamped_earli
     assert make_runner().abandon(b.run_id, "test done").startswith(f"run {b.run_id} (planned) abandoned")
 
 
+@pytest.mark.parametrize("how", ["lapsed", "released"])
 def test_a_resume_after_its_lease_lapsed_is_refused_while_another_run_holds_the_range(
-        spark, settings, db, tmp_path, make_runner):
-    # a crashed and nobody resumed it for longer than lease_hours; b then took the overlapping range and still
-    # holds it. Resuming a now would stage beside b: refused, before anything is written.
+        spark, settings, db, tmp_path, make_runner, how):
+    # a crashed and nobody resumed it for longer than lease_hours (or it failed in a way that releases its
+    # lease at once); b then took the overlapping range and still holds it. Resuming a now would stage beside
+    # b: refused, before anything is written.
     from backfill_lib.adapters.delta_log import current_version
     from backfill_lib.core.errors import LeaseError
     from backfill_lib.run.ledger import Ledger, run_record
 
-    (a, _), (b, _), _ = _race_plans(spark, settings, db, tmp_path, "lapsed")
+    (a, _), (b, _), _ = _race_plans(spark, settings, db, tmp_path, how)
     ledger = Ledger(spark, settings.ledger_schema)
     ledger.ensure()
     now = datetime.now(timezone.utc)
-    lapsed = now - timedelta(hours=settings.lease_hours + 1)
-    ledger._insert("runs", [{**run_record(a), "status": "planned", "seq": 1, "event_at": lapsed},
-                            {**run_record(b), "status": "planned", "seq": 2, "event_at": now}])
+    a_events = [{**run_record(a), "status": "planned", "seq": 1, "event_at": now - timedelta(hours=25)}]
+    if how == "released":  # a gate failed: not resumable as it is, so its lease is released at once
+        a_events = [{**a_events[0], "event_at": now},
+                    {**run_record(a), "plan_json": None, "status": "failed", "resumable": False, "seq": 2,
+                     "event_at": now}]
+    ledger._insert("runs", [*a_events, {**run_record(b), "status": "planned", "seq": 3, "event_at": now}])
+    why = "lapsed (no event for 24 hours)" if how == "lapsed" else "was released when it failed"
     with pytest.raises(LeaseError) as err:
         make_runner().resume(a.run_id)
     assert str(err.value) == (
-        f"run {a.run_id}: its lease of table {db}.events lapsed (no event for {settings.lease_hours:g} hours) and "
-        f"run {b.run_id} (owner ana@example.com, status planned) now holds [2024-03-09, 2024-03-11) UTC, which "
+        f"run {a.run_id}: its lease of table {db}.events {why} and run {b.run_id} (owner ana@example.com, status planned) now holds [2024-03-09, 2024-03-11) UTC, which "
         f"overlaps this run's [2024-03-08, 2024-03-10) UTC; finish that run (`backfill resume {b.run_id}`) or "
-        f"release it (`backfill abandon {b.run_id} --reason TEXT`) before resuming this one, or abandon this one")
-    assert ledger.run(a.run_id)["status"] == "planned"  # nothing recorded, nothing staged
+        f"release it (`backfill abandon {b.run_id} --reason TEXT`) before resuming this one")
+    assert ledger.run(a.run_id)["status"] == a_events[-1]["status"]  # nothing recorded, nothing staged
     assert not spark.catalog.tableExists(a.staging_table)
     assert current_version(spark, f"{db}.events") == 0
 

@@ -38,19 +38,25 @@ log = logging.getLogger(__name__)
 LINGER_SECONDS = 30.0
 
 
-#: the key of a ledger commit's userMetadata that lists the run IDs whose events the commit holds
-TAG_KEY = "ledger_runs"
+#: the keys of a ledger commit's userMetadata: the run IDs whose events it holds, and of those the runs whose
+#: ``planned`` event it holds
+TAG_KEY, PLANNED_KEY = "ledger_runs", "planned_runs"
 
 
-def commit_tag(runs) -> str:
-    """The ``userMetadata`` of a ledger commit holding events of ``runs`` (run IDs; ``None`` left out)."""
-    return json.dumps({TAG_KEY: sorted(r for r in runs if r is not None)})
+def commit_tag(runs, planned=()) -> str:
+    """The ``userMetadata`` of a ledger commit holding events of ``runs`` (run IDs; ``None`` left out), the
+    ``planned`` events of ``planned`` among them."""
+    tag = {TAG_KEY: sorted(r for r in runs if r is not None)}
+    if planned:
+        tag[PLANNED_KEY] = sorted(planned)
+    return json.dumps(tag)
 
 
-def tagged_runs(meta: str | None) -> list[str]:
-    """The run IDs a ledger commit's ``userMetadata`` names (:func:`commit_tag`); none for any other text."""
+def tagged_runs(meta: str | None, key: str = TAG_KEY) -> list[str]:
+    """The run IDs a ledger commit's ``userMetadata`` names under ``key`` (:func:`commit_tag`); none for any
+    other text."""
     try:
-        runs = json.loads(meta).get(TAG_KEY) if meta else None
+        runs = json.loads(meta).get(key) if meta else None
     except (ValueError, AttributeError):
         return []
     return [r for r in runs if isinstance(r, str)] if isinstance(runs, list) else []
@@ -154,14 +160,15 @@ class EventWriter:
 
         # not while a publish's session confs are set: the INSERT would commit with its txnAppId and userMetadata
         runs = frozenset(r.get("run_id") for r in rows)
+        planned = {r["run_id"] for r in rows if name == "runs" and r.get("status") == "planned" and r.get("run_id")}
         rows_frame = self.spark.sql(
             f"SELECT {columns} FROM (SELECT inline(from_json({string_literal(payload)}, '{array_type}', "
             f"map('timestampFormat', {string_literal(JSON_TIMESTAMP_FORMAT)}, 'mode', 'FAILFAST'))))")
         with self._commit_locks[name], COMMIT_CONFS.ledger_commit():
-            # the commit names its runs (first_commits reads them back): an option of this write, not the
+            # the commit names its runs and plans (planned_commits reads them back): an option of this write, not the
             # session's userMetadata, which a publish in another thread may set. writeTo's append matches columns
             # by name and fails on a missing table (saveAsTable would create a new one, without its properties).
-            rows_frame.writeTo(self.table(name)).option("userMetadata", commit_tag(runs)).append()
+            rows_frame.writeTo(self.table(name)).option("userMetadata", commit_tag(runs, planned)).append()
             self._commits[name].append(runs)
 
     def commit_mark(self, name: str) -> tuple[int, int] | None:
@@ -186,24 +193,27 @@ class EventWriter:
         since = self._commits[name][mark[1]:now[1]]
         return now[0] - mark[0] == len(since) and all(runs <= {run_id} for runs in since)
 
-    def first_commits(self, name: str, mark: tuple[int, int] | None) -> dict[str, int]:
-        """The version of table ``name`` at which each run's events were first committed after ``mark``
-        (:meth:`commit_mark`), read from the commits' ``userMetadata`` (:func:`commit_tag`; a few log files
-        read in the driver). Runs of commits without a tag are missing; empty when there is no mark or the
-        log cannot be read."""
+    def planned_commits(self, mark: tuple[int, int] | None) -> dict[str, int]:
+        """The version of the ``runs`` table whose commit holds each run's ``planned`` event, for the plans
+        committed after ``mark`` (:meth:`commit_mark`), read from the commits' ``userMetadata``
+        (:func:`commit_tag`; a few log files read in the driver). Plans in commits without a tag are missing;
+        empty without a mark.
+
+        Raises
+        ------
+        Exception
+            The error of a failed read of the table's log (the caller's confirmation fails with it: one side of
+            a race ordering by clock stamps while the other orders by commits could let both runs go on).
+        """
         from backfill_lib.adapters.delta_log import user_metadata_since
 
         if mark is None:
             return {}
-        try:
-            commits = user_metadata_since(self.spark, self.table(name), mark[0] + 1)
-        except Exception:
-            return {}
-        first: dict[str, int] = {}
-        for version, meta in sorted(commits):
-            for run_id in tagged_runs(meta):
-                first.setdefault(run_id, version)
-        return first
+        found: dict[str, int] = {}
+        for version, meta in sorted(user_metadata_since(self.spark, self.table("runs"), mark[0] + 1)):
+            for run_id in tagged_runs(meta, PLANNED_KEY):
+                found.setdefault(run_id, version)
+        return found
 
     def write_now(self) -> None:
         """Start committing what is queued without waiting for it (the writer stops lingering), so the commit
