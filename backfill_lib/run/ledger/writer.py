@@ -2,7 +2,7 @@
 
 The ledger's ``record_*`` methods queue events (``_append``) and a writer thread appends whatever is queued (after
 lingering up to :data:`LINGER_SECONDS` for more, unless a flush or :meth:`EventWriter.write_now` ends the wait)
-with one ``INSERT`` per table (the tables at once), so a Delta commit is paid per burst of events rather than per
+with one append per table (the tables at once), so a Delta commit is paid per burst of events rather than per
 event, off the run's own path. :meth:`EventWriter.flush` waits until everything queued is committed; every read of
 the ledger flushes first, and the runner makes events durable where it matters: the run's plan before any row is
 staged (each batch waits for it before writing, :meth:`EventWriter.wait_committed`), and the end of every run. A
@@ -148,7 +148,7 @@ class EventWriter:
                     self._cond.notify_all()
 
     def _insert(self, name: str, rows: list[dict]) -> None:
-        # One INSERT of one string literal, the rows as a JSON array that from_json parses in the JVM: no Python
+        # One append of one string literal, the rows as a JSON array that from_json parses in the JVM: no Python
         # workers, one Delta commit, and a parse cost that stays flat with the rows (a VALUES clause of 2,555
         # check rows took 1.3-2.5 s to insert, this 0.9-1.1 s; 1 row 0.6 s either way). FAILFAST: a value of the
         # wrong type fails the write (raised by the next flush) instead of being stored as NULL.
@@ -158,12 +158,12 @@ class EventWriter:
         array_type = f"array<{schema.simpleString()}>"
         from backfill_lib.adapters.session import COMMIT_CONFS
 
-        # not while a publish's session confs are set: the INSERT would commit with its txnAppId and userMetadata
         runs = frozenset(r.get("run_id") for r in rows)
         planned = {r["run_id"] for r in rows if name == "runs" and r.get("status") == "planned" and r.get("run_id")}
         rows_frame = self.spark.sql(
             f"SELECT {columns} FROM (SELECT inline(from_json({string_literal(payload)}, '{array_type}', "
             f"map('timestampFormat', {string_literal(JSON_TIMESTAMP_FORMAT)}, 'mode', 'FAILFAST'))))")
+        # not while a publish's session confs are set: the append would commit with its txnAppId and txnVersion
         with self._commit_locks[name], COMMIT_CONFS.ledger_commit():
             # the commit names its runs and plans (planned_commits reads them back): an option of this write, not the
             # session's userMetadata, which a publish in another thread may set. writeTo's append matches columns
