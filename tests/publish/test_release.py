@@ -31,7 +31,8 @@ def snapshot(spark, table, version):
     return spark.read.option("versionAsOf", version).table(table)
 
 
-def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, settings, db, tmp_path, capsys):
+def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit_refused_over_a_later_commit_until_forced(
+        spark, settings, db, tmp_path, capsys):
     from backfill_lib.cli import main
     from backfill_lib.core.lineage import lineage_run_id
     from backfill_lib.core.settings import LineageSettings
@@ -81,7 +82,16 @@ def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, set
     assert main(["history", f"{db}.events_monthly"]) == 0
     assert plan.run_id in capsys.readouterr().out
 
-    assert main(["rollback", plan.run_id, "--by", "ana@example.com", "--reason", "TEST-6 wrong numbers"]) == 0
+    # a later commit to the target: a RESTORE would undo it too, so the rollback is refused until --force
+    spark.sql(f"INSERT INTO {db}.events VALUES (99, DATE'2024-03-11', 99)")  # version 2
+    rollback = ["rollback", plan.run_id, "--by", "ana@example.com", "--reason", "TEST-6 wrong numbers"]
+    capsys.readouterr()
+    assert main(rollback) == 4
+    assert (f"error: rollback of run {plan.run_id} refused: table {db}.events has versions 2 after this run's "
+            "version 1;") in capsys.readouterr().err
+    assert current_version(spark, f"{db}.events") == 2 and current_version(spark, f"{db}.events_monthly") == 1
+    assert Ledger(spark, settings.ledger_schema).run(plan.run_id)["status"] == "published"
+    assert main([*rollback, "--force"]) == 0
     for table, version in ((f"{db}.events", 0), (f"{db}.events_monthly", 0)):
         assert_df_equality(spark.table(table), snapshot(spark, table, version), ignore_row_order=True)
     ledger = Ledger(spark, settings.ledger_schema)
@@ -96,8 +106,9 @@ def test_target_and_mart_publish_as_one_run_and_roll_back_as_one_unit(spark, set
     assert "rollback" in out and "publish" in out
 
 
-def test_monitor_failure_restores_target_and_mart_newest_first(spark, settings, db, tmp_path, monkeypatch, runner):
-    from backfill_lib.core.faults import MONITOR_ENV
+def test_monitor_failure_restores_target_and_mart_newest_first_and_a_rollback_after_it_says_so(
+        spark, settings, db, tmp_path, monkeypatch, capsys, runner):
+    from backfill_lib.cli import main
 
     make_tables(spark, db)
     monkeypatch.setenv(MONITOR_ENV, f"{db}.events_monthly")
@@ -111,19 +122,19 @@ def test_monitor_failure_restores_target_and_mart_newest_first(spark, settings, 
     ledger = Ledger(spark, settings.ledger_schema)
     assert ledger.run(plan.run_id)["status"] == "rolled_back"
     assert ledger.run(f"{plan.run_id}__m0")["status"] == "rolled_back"
+    # the automatic restore made one RESTORE per table, each recorded in the plan the ledger kept
+    for table in (f"{db}.events", f"{db}.events_monthly"):
+        assert [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {table}").orderBy("version").collect()][1:] == \
+            ["WRITE", "RESTORE"]
+    assert [(t["table"], t["restore_to"]) for t in json.loads(ledger.run(plan.run_id)["rollback_plan"])["tables"]] == \
+        [(f"{db}.events_monthly", 0), (f"{db}.events", 0)]
 
-
-def test_rollback_refuses_when_a_later_commit_touched_the_target(spark, settings, db, tmp_path, make_runner):
-    make_tables(spark, db)
-    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
-    make_runner().run(plan, state)
-    spark.sql(f"INSERT INTO {db}.events VALUES (99, DATE'2024-03-11', 99)")  # version 2
-
-    with pytest.raises(PublishError, match=rf"table {db}.events has versions 2 after this run's version 1"):
-        make_runner().rollback(plan.run_id, "ana", "test")
-    assert current_version(spark, f"{db}.events") == 2
-    make_runner().rollback(plan.run_id, "ana", "test", force=True)
-    assert_df_equality(spark.table(f"{db}.events"), snapshot(spark, f"{db}.events", 0), ignore_row_order=True)
+    monkeypatch.delenv(MONITOR_ENV)
+    for force in ([], ["--force"]):  # a rollback of the rolled-back run restores nothing more
+        capsys.readouterr()
+        assert main(["rollback", plan.run_id, "--by", "ana", "--reason", "again", *force]) == 0
+        assert f"run {plan.run_id} was already rolled back; nothing to restore (release failed: " in capsys.readouterr().out
+    assert current_version(spark, f"{db}.events") == 2 and current_version(spark, f"{db}.events_monthly") == 2
 
 
 def test_publish_refused_when_vacuum_removed_files_of_the_validated_version(spark, settings, db, tmp_path, make_runner):
@@ -214,33 +225,6 @@ def test_run_ids_and_protected_tables():
     check_protected(("prod.sales",), ["prod.sales"], "lead")
     with pytest.raises(Exception, match="table prod.sales is protected"):
         check_protected(("PROD.sales",), ["x.y", "prod.sales"], None)
-
-
-def test_a_rolled_back_run_rolled_back_again_says_so(spark, settings, db, tmp_path, monkeypatch, capsys, runner):
-    from backfill_lib.cli import main
-    from backfill_lib.core.errors import RolledBackError
-    from backfill_lib.runner import prepare
-
-    make_events(spark, db, SOURCE)
-    make_monthly(spark, db)
-    monkeypatch.setenv(MONITOR_ENV, f"{db}.events_monthly")
-    plan, state = prepare(spark, settings, with_mart(tmp_path, db))
-    with pytest.raises(RolledBackError):
-        runner.run(plan, state)
-    monkeypatch.delenv(MONITOR_ENV)
-    for force in ([], ["--force"]):
-        capsys.readouterr()
-        assert main(["rollback", plan.run_id, "--by", "ana", "--reason", "again", *force]) == 0
-        assert f"run {plan.run_id} was already rolled back; nothing to restore (release failed: " in capsys.readouterr().out
-    # the automatic restore made one RESTORE per table, each recorded in the plan the ledger kept
-    for table in (f"{db}.events", f"{db}.events_monthly"):
-        assert [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {table}").orderBy("version").collect()][1:] == \
-            ["WRITE", "RESTORE"]
-    from backfill_lib.run.ledger import Ledger
-
-    record = Ledger(spark, settings.ledger_schema).run(plan.run_id)
-    assert [(t["table"], t["restore_to"]) for t in json.loads(record["rollback_plan"])["tables"]] == \
-        [(f"{db}.events_monthly", 0), (f"{db}.events", 0)]
 
 
 def test_rollback_skips_a_table_already_back_at_its_pre_publish_content(spark, settings, db, tmp_path, runner):
