@@ -30,6 +30,14 @@ GROUPED = ("tests/e2e/test_crash_points.py", "tests/e2e/test_cluster.py", "tests
 #: then crash_safety starts 3 JVMs instead of 4, cluster 4 spark-submit JVMs without Ivy resolution instead of 5
 #: with, and the crash processes compile with C1 only, so crash_points, with 6 JVMs, is the longest)
 LONGEST_FIRST = (*GROUPED, "tests/e2e/test_demo.py", "tests/e2e/test_wheel.py")
+#: Spark SQL confs of the test JVMs: evaluate expressions interpreted, without generating and compiling Java code.
+#: The tests' tables hold a few rows, and compiling each query's code on a JVM that runs hundreds of distinct
+#: queries cost more than it saved: eight warm recompute runs of tests/strategies/test_recompute.py's request took
+#: 70 s against 82 s with code generation, two 6-minute subsets of the suite ran 12% faster (2 cores, 2026-12-04).
+#: Results do not depend on it, with one known Spark defect: ``spark.catalog.listTables`` cannot decode its rows
+#: interpreted (the product does not call it). Code generation stays on in every process the tests start through
+#: the CLI, spark-submit or the wheel, and in the product.
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 #: whether any collected test uses the ``spark`` fixture
 _NEEDS_SPARK = pytest.StashKey[bool]()
 
@@ -119,6 +127,8 @@ def spark(settings, tmp_path_factory):
     with _one_spark_start_at_a_time(tmp_path_factory):
         session = get_spark(settings)
     session.conf.set("spark.sql.shuffle.partitions", "2")
+    for key, value in INTERPRETED.items():
+        session.conf.set(key, value)
     quiet_spark_query_errors()
     yield session
     session.stop()

@@ -6,11 +6,11 @@ Creates ``SCHEMA.events`` (the target) and ``SCHEMA.events_src`` (the source) fo
 exist (only the target for a schema written ``SCHEMA+target``, only the source for ``SCHEMA+source``, so that
 requests may share a source; and the mart ``SCHEMA.events_monthly`` of :func:`tests.fixtures.make_monthly` for a
 schema written ``SCHEMA+monthly``), then runs each ``ARGS`` through :func:`backfill_lib.cli.main` in this one process
-(one Spark start), printing ``crash_job: exit CODE: ARGS`` on stderr after each, and exits with the first non-zero
-exit code. A command that fails does not stop the next: a run cancelled by SIGTERM and its resume share one process
-(the JVM ignores SIGTERM). The JVM compiles with C1 only (:data:`JIT_OPTIONS`). ``BACKFILL_HOME`` chooses the folder
-(warehouse, Derby metastore); ``BACKFILL_CRASH_AT`` kills the process at a named point (see
-:mod:`backfill_lib.core.faults`).
+(one Spark start, with the test session's :data:`tests.conftest.INTERPRETED` confs), printing
+``crash_job: exit CODE: ARGS`` on stderr after each, and exits with the first non-zero exit code. A command that
+fails does not stop the next: a run cancelled by SIGTERM and its resume share one process (the JVM ignores
+SIGTERM). The JVM compiles with C1 only (:data:`JIT_OPTIONS`). ``BACKFILL_HOME`` chooses the folder (warehouse,
+Derby metastore); ``BACKFILL_CRASH_AT`` kills the process at a named point (see :mod:`backfill_lib.core.faults`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backfill_lib.adapters.session import SHORT_LIVED_JVM_OPTIONS, get_spark  # noqa: E402
 from backfill_lib.cli import main  # noqa: E402
 from backfill_lib.core.settings import load_settings  # noqa: E402
+from tests.conftest import INTERPRETED  # noqa: E402
 from tests.fixtures import EVENTS_SCHEMA, FULL_SOURCE, TARGET_ROWS, make_monthly  # noqa: E402
 
 
@@ -52,7 +53,7 @@ def setup(spark, schema: str) -> None:
 def run(argv: list[str]) -> int:
     schemas, *commands = " ".join(argv).split(" -- ")
     settings = load_settings()
-    options = {**settings.spark.options, "spark.driver.defaultJavaOptions": JIT_OPTIONS}
+    options = {**settings.spark.options, "spark.driver.defaultJavaOptions": JIT_OPTIONS, **INTERPRETED}
     spark = get_spark(settings.model_copy(update={"spark": settings.spark.model_copy(update={"options": options})}))
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     for schema in schemas.split(","):
