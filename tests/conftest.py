@@ -33,7 +33,7 @@ LONGEST_FIRST = (*GROUPED, "tests/e2e/test_demo.py", "tests/e2e/test_wheel.py")
 #: Spark SQL confs of the test JVMs: evaluate expressions interpreted, without generating and compiling Java code.
 #: The tests' tables hold a few rows, and compiling each query's code on a JVM that runs hundreds of distinct
 #: queries cost more than it saved: eight warm recompute runs of tests/strategies/test_recompute.py's request took
-#: 70 s against 82 s with code generation, two 6-minute subsets of the suite ran 12% faster (2 cores, 2026-12-04).
+#: 70 s against 82 s with code generation, two 5-minute subsets of the suite ran 12% faster (2 cores, 2026-12-04).
 #: Results do not depend on it, with one known Spark defect: ``spark.catalog.listTables`` cannot decode its rows
 #: interpreted (the product does not call it). Code generation stays on in every process the tests start through
 #: the CLI, spark-submit or the wheel, and in the product.
