@@ -9,12 +9,14 @@ and an embedded Derby metastore under :attr:`Settings.home`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 
 from pyspark.sql import SparkSession
 
@@ -250,18 +252,60 @@ SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240
 SHORT_LIVED_OPTIONS = {"spark.sql.adaptive.enabled": "false"}
 
 
+#: seconds a start waits for the holder of a home's Derby lock whose driver has gone (a JVM still exiting)
+EXITING_HOLDER_WAIT_SECONDS = 60.0
+#: seconds a start waits for a holder whose driver is still alive (one finishing its exit) before refusing
+LIVE_HOLDER_WAIT_SECONDS = 3.0
+
+
+def _lock_holder(handle) -> int | None:
+    """The process ID holding a POSIX lock that conflicts with an exclusive lock of the whole open file ``handle``
+    (``F_GETLK``; Derby's ``FileChannel.tryLock`` takes such a lock), ``None`` when none does."""
+    import fcntl
+    import struct
+
+    query = struct.pack("hhqqii", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0, 0)  # struct flock, 64-bit Linux
+    try:
+        kind, _, _, _, pid, _ = struct.unpack("hhqqii", fcntl.fcntl(handle.fileno(), fcntl.F_GETLK, query))
+    except OSError:
+        return None
+    return None if kind == fcntl.F_UNLCK else pid
+
+
+def _parent_alive(pid: int) -> bool:
+    """Whether the parent of process ``pid`` (the Python driver that launched a JVM) is still running: a JVM whose
+    driver has gone is exiting (its stdin closed). ``False`` when ``pid`` itself is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            parent = int(stat_file.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    if parent <= 1:
+        return False
+    try:
+        os.kill(parent, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def refuse_a_home_in_use(settings: Settings) -> None:
-    """Refuse to start the local default on a home another process has open.
+    """Refuse to start the local default on a home another live process has open; wait for one that is exiting.
 
     Derby holds a lock on ``metastore_db/dbex.lck`` while a JVM has the metastore booted; a second JVM on the same
     home fails only at its first catalog read, after tens of thousands of lines of Derby and DataNucleus stack
-    traces. The lock is tested (taken and at once released) before any JVM starts; two processes starting in the
-    same instant can still both pass.
+    traces. The lock is tested (taken and at once released) before any JVM starts. A holder whose driver has gone
+    (a JVM still running its shutdown after the command that started it returned) is waited for, up to
+    :data:`EXITING_HOLDER_WAIT_SECONDS`; a holder whose driver is alive for :data:`LIVE_HOLDER_WAIT_SECONDS`
+    (a driver waiting for its own JVM to exit). Two processes starting in the same instant can still both pass.
 
     Raises
     ------
     HomeInUseError
-        When another process holds the lock, naming the home and the metastore folder.
+        When another process still holds the lock after those waits, naming the home, the metastore folder and
+        the holder's process ID.
     """
     import fcntl
 
@@ -271,15 +315,25 @@ def refuse_a_home_in_use(settings: Settings) -> None:
     except OSError:
         return  # no metastore yet, or none booted since the folder was made
     with handle:
-        try:
-            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise HomeInUseError(
-                f"home {settings.home.resolve()} is in use by another process: its Derby metastore "
-                f"({settings.metastore_dir}) admits one process at a time; wait for that process to end, or give "
-                "this one another home (BACKFILL_HOME) or a shared metastore (see \"Running on clusters\")") from None
-        fcntl.lockf(handle, fcntl.LOCK_UN)
-
+        started = time.monotonic()
+        while True:
+            try:
+                fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = _lock_holder(handle)
+                waited = time.monotonic() - started
+                limit = LIVE_HOLDER_WAIT_SECONDS if holder and _parent_alive(holder) else EXITING_HOLDER_WAIT_SECONDS
+                if waited < limit:
+                    time.sleep(0.2)
+                    continue
+                by = f"process {holder}" if holder else "another process"
+                raise HomeInUseError(
+                    f"home {settings.home.resolve()} is in use by {by}: its Derby metastore "
+                    f"({settings.metastore_dir}) admits one process at a time; wait for that process to end, or give "
+                    "this one another home (BACKFILL_HOME) or a shared metastore (see \"Running on clusters\")"
+                ) from None
+            fcntl.lockf(handle, fcntl.LOCK_UN)
+            return
 
 
 #: The driver's Java options the embedded default always sets (before any of the settings')
@@ -360,6 +414,10 @@ def build_local_session(settings: Settings, short_lived: bool = False) -> SparkS
             from backfill_lib.adapters.jvm_archive import finish_at_exit
 
             finish_at_exit(proc, archive)
+        elif proc is not None:
+            atexit.register(release_home_at_exit, proc)
+        if proc is not None:  # registered last, so it runs first: Spark stops before its JVM is ended
+            atexit.register(stop_spark_at_exit)
         builder = SparkSession.builder
         for key, value in options.items():
             builder = builder.config(key, value)
@@ -369,6 +427,41 @@ def build_local_session(settings: Settings, short_lived: bool = False) -> SparkS
         remember_jars(options, package, spark.sparkContext.getConf().get("spark.jars", ""))
     log.debug("local Spark %s on %s, warehouse %s", spark.version, settings.spark.master, settings.warehouse_dir)
     return spark
+
+
+#: seconds this process's exit waits for its JVM to end (and so release the home's Derby lock)
+JVM_EXIT_WAIT_SECONDS = 60
+
+
+def stop_spark_at_exit() -> None:
+    """Stop this process's SparkContext, if one is active, waiting up to :data:`JVM_EXIT_WAIT_SECONDS`: its
+    accumulator server and the JVM's jobs end cleanly before the JVM is told to exit (a JVM exiting under a live
+    context makes pyspark print an ``EOFError`` traceback)."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        return
+    # py4j logs a retried command on the root logger at INFO ("Exception while sending command."): one that meets
+    # a connection the stopping JVM closed is retried and succeeds; the command's own output is complete by now.
+    logging.disable(logging.INFO)
+    def stop() -> None:
+        with contextlib.suppress(Exception):
+            context.stop()
+
+    stopper = threading.Thread(target=stop, name="stop-spark", daemon=True)
+    stopper.start()
+    stopper.join(JVM_EXIT_WAIT_SECONDS)
+
+
+def release_home_at_exit(proc) -> None:
+    """End the JVM ``proc`` by closing its stdin (as pyspark's exit does) and wait, up to
+    :data:`JVM_EXIT_WAIT_SECONDS`, for it to exit: a command returns only once its JVM has let go of the home's
+    Derby metastore, so the next command typed after it finds the home free."""
+    with contextlib.suppress(Exception):
+        proc.stdin.close()
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=JVM_EXIT_WAIT_SECONDS)
 
 
 def _with_class_archive(options: dict[str, str], create: bool):

