@@ -16,6 +16,7 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 from rich.console import Console
 
+from backfill_lib.adapters.connect_log import is_connect
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.errors import (
     AbandonedError,
@@ -36,6 +37,8 @@ from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.plan.model import BackfillPlan, plan_from_summary
 from backfill_lib.plan.prepare import mart_plan, prepare, utc_now
 from backfill_lib.plan.source_pins import pin_sources
+from backfill_lib.plan.staging_mode import PINNED, staging_mode
+from backfill_lib.publish.commit import committed_version
 from backfill_lib.publish.marts import Release
 from backfill_lib.publish.release import check_protected
 from backfill_lib.publish.results import FINISHED, RunResult
@@ -45,6 +48,7 @@ from backfill_lib.report.run_report import RunOutcome, ledger_outcome, write_run
 from backfill_lib.run.ledger import Ledger, run_record
 from backfill_lib.run.source_check import check_source_schema
 from backfill_lib.run.stage import Staged, stage
+from backfill_lib.run.staging import releasing_pinned
 from backfill_lib.strategies import strategy_for
 from backfill_lib.validate.diff import diff_rows
 from backfill_lib.validate.stage import Validate, Validated, nothing_changes
@@ -154,6 +158,7 @@ class Runner:
             return self.resume(plan.run_id, until=until)
         if plan.source_versions is None:  # a plan not from prepare (a mart's child run): its sources as of now
             plan = replace(plan, source_versions=pin_sources(self.spark, plan.request))
+        plan = self._with_staging_mode(plan, until)
         leased = not self.concurrent and plan.parent_run_id is None  # a mart's child runs under its parent's lease
         mark = self._take_turn(plan) if leased else None
         with self.ledger.durable():
@@ -163,6 +168,16 @@ class Runner:
             # Confirmed while the first batch reads its source: each batch waits for it before its first write.
             confirmed = self._confirming(plan, self.ledger.recorded(), mark) if leased else None
             return self._execute(plan, record, until, confirmed)
+
+    def _with_staging_mode(self, plan: BackfillPlan, until: str | None) -> BackfillPlan:
+        """``plan`` with the staging mode this run uses (:func:`~backfill_lib.plan.staging_mode.staging_mode`),
+        recorded with its plan; a fall-back from the asked ``pinned`` is said in one line."""
+        choice = staging_mode(plan.request.staging or self.settings.staging, until=until,
+                              can_pin=strategy_for(plan.strategy).can_pin,
+                              reads_staged_batches=plan.request.depends_on_past, session_pins=not is_connect(self.spark))
+        if choice.fallback:
+            self.console.print(f"{plan.target_table}: {choice.fallback}", highlight=False)
+        return replace(plan, staging_mode=choice.mode)
 
     def _lease(self, plan: BackfillPlan, planned_seq: int):
         from backfill_lib.core.leases import in_instants, make_lease
@@ -369,7 +384,8 @@ class Runner:
             if refused:
                 raise LeaseError(f"{plan.request_path}: {refused}")
 
-        with session_time_zone(self.spark, plan.session_time_zone, f"run {plan.run_id}"):
+        with session_time_zone(self.spark, plan.session_time_zone, f"run {plan.run_id}"), \
+                releasing_pinned(plan.staging_table):
             try:
                 try:
                     return self._stages(plan, record, until, reporter, ready)
@@ -406,7 +422,15 @@ class Runner:
         resumed = record["status"] != "planned"
         check_protected(self.settings.protected_tables, published_tables(plan), plan.approved_by)
         casts = check_source_schema(self.spark, plan)
-        if record["status"] in ("validated", "publishing"):
+        if record["status"] in ("validated", "publishing") and plan.staging_mode == PINNED:
+            if committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish",
+                                 plan.target_version) is not None:
+                # its rows did not outlive the process that pinned them: computed again (the sources at their
+                # pinned versions) for the post-publish check of the commit the publish finds
+                staged = stage(self.spark, self.settings, self.ledger, self.cancelled, plan, casts, reporter, True)
+                return self._publish(staged, None, record, reporter, resumed=True)
+            # no commit: staged, validated and published again, as a new run would be
+        elif record["status"] in ("validated", "publishing"):
             staged = Staged(plan, casts, self.ledger.partition_rows(plan.run_id))
             if until == "validate":
                 return RunResult(plan, "validated", staged.rows, self.ledger.recorded_checks(plan.run_id))

@@ -458,6 +458,8 @@ def release_home_at_exit(proc) -> None:
     """End the JVM ``proc`` by closing its stdin (as pyspark's exit does) and wait, up to
     :data:`JVM_EXIT_WAIT_SECONDS`, for it to exit: a command returns only once its JVM has let go of the home's
     Derby metastore, so the next command typed after it finds the home free."""
+    # py4j logs on the root logger when a command meets the ended JVM (a finalizer's at interpreter exit)
+    logging.disable(logging.ERROR)
     with contextlib.suppress(Exception):
         proc.stdin.close()
     with contextlib.suppress(Exception):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -105,6 +106,10 @@ class Settings(BaseModel):
         go (:mod:`backfill_lib.core.retention`).
     lineage:
         OpenLineage events (:class:`LineageSettings`); unset, only the client's environment configures them.
+    staging:
+        Where a run's validated rows wait for the publish commit when its request does not say:
+        ``durable`` (a staging Delta table per run) or ``pinned`` (held by the run's Spark session and written
+        once, by the publish commit; see :func:`backfill_lib.plan.staging_mode.staging_mode`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -124,6 +129,7 @@ class Settings(BaseModel):
     lease_poll_seconds: float = Field(default=10.0, gt=0)
     cleanup_older_than: str = "30d"
     lineage: LineageSettings = Field(default_factory=LineageSettings)
+    staging: Literal["durable", "pinned"] = "durable"
 
     @field_validator("cleanup_older_than")
     @classmethod

@@ -9,6 +9,7 @@ from rich.text import Text
 from backfill_lib.core.table_names import same_location, table_path
 from backfill_lib.plan.generated import generated_line
 from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.plan.staging_mode import PINNED
 from backfill_lib.strategies.kinds import kind_for
 
 #: Longer partition lists show this many rows from each end.
@@ -179,6 +180,16 @@ def past_line(plan: BackfillPlan) -> str | None:
     return None
 
 
+def staging_line(plan: BackfillPlan) -> str:
+    """Where the run's staged rows wait for the publish commit (:mod:`backfill_lib.plan.staging_mode`)."""
+    if plan.staging_mode == PINNED:
+        return ("pinned in the run's Spark session: validated, then written once, by the publish commit (no staging "
+                "table; a stopped run resumes by recomputing; `--until validate`, rebuild, depends_on_past and Spark "
+                f"Connect stage durably in {plan.staging_table})")
+    return (f"durable: staging table {plan.staging_table} (kept for review and resume; publishing rewrites its rows; "
+            "`staging: pinned` in the request or settings writes them once)")
+
+
 def explain(plan: BackfillPlan) -> Group:
     """A renderable of the plan: what, why, which partitions, their current cost, where rows are staged."""
     r = plan.request
@@ -222,7 +233,7 @@ def explain(plan: BackfillPlan) -> Group:
         ("row-count gate", f"a partition losing more than {r.gates.max_row_loss_fraction:.0%} of its rows blocks "
                            f"publishing{' (allowed by the request)' if r.gates.allow_row_loss else ''}"),
         ("batches", batches_line(plan)),
-        ("staging table", plan.staging_table),
+        ("staging", staging_line(plan)),
         ("expectation suite", str(r.expectations or "none")),
         ("reconciliation", ", ".join(rule.name for rule in r.reconciliation) or "none"),
         ("downstream marts", _marts_line(plan)),

@@ -110,6 +110,9 @@ class BackfillPlan:
     #: the Spark session time zone (``spark.sql.session.timeZone``) the run's SQL is analysed and run in: the
     #: request's ``time_zone``, whatever the settings' zone (set by :func:`build_plan`, recorded in the ledger)
     session_time_zone: str = "UTC"
+    #: where staged rows wait for the publish commit: ``durable`` (the staging table) or ``pinned`` (held by the
+    #: run's Spark session); set by the runner when the run starts (:func:`backfill_lib.plan.staging_mode.staging_mode`)
+    staging_mode: str = "durable"
 
     @property
     def write_time_zone(self) -> str:
@@ -271,6 +274,7 @@ class BackfillPlan:
             "partitions": len(self.partitions),
             "batches": [list(b.keys) for b in self.batches],
             "staging_table": self.staging_table,
+            "staging_mode": self.staging_mode,
             "current": asdict(total),
             "current_rows": {p.key: p.current.rows for p in self.partitions},
             "current_partitions": {p.key: asdict(p.current) for p in self.partitions},
@@ -346,6 +350,7 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         range_end=bounds[1],
         batches=batches,
         staging_table=summary["staging_table"],
+        staging_mode=summary.get("staging_mode") or "durable",
         source_input=SourceInput(**summary["source_input"]),
         target_columns=tuple(Column(**c) for c in summary["target_columns"]),
         parent_run_id=summary.get("parent_run_id"),

@@ -78,7 +78,8 @@ def prepare(
         run_id=run_id,
         where=where,
     )
-    return replace(plan, source_versions=pins), state
+    # the mode asked; the run falls back to durable where it must (backfill_lib.plan.staging_mode)
+    return replace(plan, source_versions=pins, staging_mode=request.staging or settings.staging), state
 
 
 def path_tables(request: BackfillRequest) -> list[tuple[str, str]]:

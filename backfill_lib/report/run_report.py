@@ -40,6 +40,7 @@ from backfill_lib.report.render import (
 )
 from backfill_lib.run.cleanup import staging_exists
 from backfill_lib.run.ledger import Ledger
+from backfill_lib.run.staging import pinned
 from backfill_lib.run.staging import staged_rows as read_staged_rows
 from backfill_lib.strategies.kinds import kind_for
 from backfill_lib.validate.reconcile import metric_per_partition
@@ -195,13 +196,17 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
     partitions, diffs, checks = outcome.rows, outcome.diffs, outcome.checks
     rows = partition_rows(plan, partitions, diffs, checks)  # the same lines as the run's summary.json
     total = plan["current"]
-    staging_there = staging_exists(spark, run["staging_table"])  # one catalog call for the line and the chart
+    held = pinned(run["staging_table"])  # a pinned run's rows, while the run that pinned them reports
+    staging_there = held or staging_exists(spark, run["staging_table"])  # one catalog call for the line and the chart
+    staging_line = (f"staged rows pinned in the run's Spark session (no staging table; written once, by the publish)"
+                    if plan.get("staging_mode") == "pinned" else
+                    f"staging table {run['staging_table']} ("
+                    f"{'kept' if staging_there else 'not there: never written, or dropped by cleanup'})")
     lines = (
         f"range {plan['range_start']} .. {plan['range_end_exclusive']} (end exclusive), {plan['partitions']} partitions "
         f"in {len(plan['batches'])} batches",
         f"target data in range before: {total['files']} files, {total['bytes']} bytes, {total['rows']} rows (Delta log)",
-        f"staging table {run['staging_table']} ("
-        f"{'kept' if staging_there else 'not there: never written, or dropped by cleanup'})",
+        staging_line,
         zone_line(plan),
         f"sources read at (Delta version, pinned for the whole run): {_pins(plan.get('source_versions'))}",
     ) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())

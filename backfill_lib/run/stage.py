@@ -12,6 +12,7 @@ from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.plan.staging_mode import PINNED
 from backfill_lib.run.batch_stager import BatchStager
 from backfill_lib.run.ledger import Ledger
 
@@ -29,7 +30,8 @@ class Staged:
 def stage(spark: SparkSession, settings: Settings, ledger: Ledger, cancelled: threading.Event, plan: BackfillPlan,
           casts: tuple[ColumnCast, ...], reporter: Reporter, resumed: bool,
           ready: Callable[[], None] = lambda: None) -> Staged:
-    """Stage ``plan``'s batches (a ``resumed`` run skips the partitions the ledger has as staged); each batch
+    """Stage ``plan``'s batches (a ``resumed`` durable run skips the partitions the ledger has as staged; a pinned
+    run stages them all again); each batch
     calls ``ready()`` before it writes its first row (what it raises stops the run, nothing written by that batch).
 
     Raises
@@ -39,6 +41,7 @@ def stage(spark: SparkSession, settings: Settings, ledger: Ledger, cancelled: th
     BackfillError
         The first batch error (stray rows, duplicate keys, a conflict that did not clear).
     """
-    done = ledger.staged_rows(plan.run_id) if resumed else {}  # a fresh run staged nothing yet
+    # a fresh run staged nothing yet; a pinned run's staged rows did not outlive the process that pinned them
+    done = ledger.staged_rows(plan.run_id) if resumed and plan.staging_mode != PINNED else {}
     rows = BatchStager(spark, settings, ledger, cancelled, ready).stage(plan, casts, reporter, done)
     return Staged(plan, casts, rows)

@@ -19,9 +19,11 @@ anything is written, whichever write it would have been.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Callable
+from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -34,6 +36,7 @@ from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column, column_mapping_mode
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan, Batch
+from backfill_lib.plan.staging_mode import PINNED
 
 #: The staging table's partition column: the plan's batch index (INT). Not a column of the target.
 BATCH_COLUMN = "_backfill_batch"
@@ -70,9 +73,65 @@ class StagingTable:
         rows.writeTo(self.name).overwrite(F.expr(condition))
 
 
-def open_staging_table(spark: SparkSession, plan: BackfillPlan) -> StagingTable:
+class PinnedRows:
+    """A pinned run's staged rows (:mod:`backfill_lib.plan.staging_mode`): each batch's rows checkpointed in the
+    session (``localCheckpoint``, eager: computed once, kept by the block manager in memory and spilled to local
+    disk), read back by :func:`staged_rows` under the run's staging table name. Nothing is written to any table;
+    nothing outlives the process. Safe for concurrent batches; a batch written again replaces its rows."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._batches: dict[str, DataFrame] = {}
+        self._lock = threading.Lock()
+
+    def write(self, rows: DataFrame, condition: str) -> None:
+        """Pin ``rows`` (with ``_backfill_batch``) as the batch that ``condition`` names, replacing its earlier rows."""
+        pinned = rows.localCheckpoint(eager=True)
+        with self._lock:
+            self._batches[condition] = pinned
+
+    def rows(self) -> DataFrame | None:
+        """Every pinned batch's rows (``_backfill_batch`` kept), or ``None`` before the first batch."""
+        with self._lock:
+            batches = list(self._batches.values())
+        return None if not batches else reduce(lambda a, b: a.unionByName(b), batches)
+
+
+_PINNED: dict[str, PinnedRows] = {}
+_PINNED_LOCK = threading.Lock()
+
+
+def pin_staging(name: str) -> PinnedRows:
+    """Start the pinned rows of the staging table ``name`` in this process (replacing any pinned earlier)."""
+    with _PINNED_LOCK:
+        _PINNED[name] = PinnedRows(name)
+        return _PINNED[name]
+
+
+def pinned(name: str | None) -> bool:
+    """Whether this process holds pinned rows under the staging table name ``name``."""
+    with _PINNED_LOCK:
+        return name in _PINNED and _PINNED[name].rows() is not None
+
+
+def release_pinned(name: str) -> None:
+    """Let go of the pinned rows of ``name`` (the run finished, however it ended)."""
+    with _PINNED_LOCK:
+        _PINNED.pop(name, None)
+
+
+@contextlib.contextmanager
+def releasing_pinned(name: str):
+    """Let go of the rows pinned under ``name`` when the block ends, however it ends (the run is over)."""
+    try:
+        yield
+    finally:
+        release_pinned(name)
+
+
+def open_staging_table(spark: SparkSession, plan: BackfillPlan) -> StagingTable | PinnedRows:
     """The run's staging table, to be created by its first write when it does not exist yet (its schema is then
-    created too).
+    created too); for a plan whose ``staging_mode`` is ``pinned``, its :class:`PinnedRows` instead (no table).
 
     Raises
     ------
@@ -81,6 +140,8 @@ def open_staging_table(spark: SparkSession, plan: BackfillPlan) -> StagingTable:
         partitioned like the target); nothing is created or written. A column of that name in the target or the
         source is refused earlier, by :func:`check_reserved_column` at intake.
     """
+    if plan.staging_mode == PINNED:
+        return pin_staging(plan.staging_table)
     exists = spark.catalog.tableExists(plan.staging_table)
     if exists and BATCH_COLUMN not in spark.table(plan.staging_table).columns:
         raise SchemaMismatchError(
@@ -143,8 +204,12 @@ def check_reserved_column(target_table: str, target: tuple[Column, ...], source_
 
 
 def staged_rows(spark: SparkSession, staging_table: str) -> DataFrame:
-    """The rows staged in ``staging_table``, with the target's columns only (``_backfill_batch`` dropped)."""
-    return spark.table(staging_table).drop(BATCH_COLUMN)
+    """The rows staged in ``staging_table``, with the target's columns only (``_backfill_batch`` dropped): the
+    rows this process pinned under that name (a pinned run), else the staging table's."""
+    with _PINNED_LOCK:
+        held = _PINNED.get(staging_table)
+    rows = None if held is None else held.rows()
+    return (spark.table(staging_table) if rows is None else rows).drop(BATCH_COLUMN)
 
 
 def aligned(df: DataFrame, casts: tuple[ColumnCast, ...]) -> DataFrame:
@@ -164,7 +229,7 @@ def aligned(df: DataFrame, casts: tuple[ColumnCast, ...]) -> DataFrame:
                       else F.expr(f"({c.expression})").cast(c.type).alias(c.name) for c in casts])
 
 
-def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: StagingTable,
+def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: StagingTable | PinnedRows,
                 before_write: Callable[[], None] = lambda: None) -> dict[str, int]:
     """Write ``df`` into the staging table as batch ``batch.index``, replacing that batch's earlier rows; return
     rows per partition key.

@@ -62,6 +62,9 @@ class StrategyKind:
     stages_in_write_zone = False
     #: The publishing commit, as the Change Data Feed line names it.
     publishing = "the publishing commit"
+    #: Whether the run's staged rows may be pinned in the session rather than written to a staging table
+    #: (:mod:`backfill_lib.plan.staging_mode`): publishing reads the range's staged rows.
+    can_pin = True
 
     @property
     def whole_table(self) -> bool:
@@ -122,6 +125,8 @@ class RebuildKind(StrategyKind):
     kind = Strategy.REBUILD
     #: its staging table is partitioned like the target, so its writes need the write zone's partition values
     stages_in_write_zone = True
+    #: the swap reads its staging table by name (``AS SELECT * FROM``)
+    can_pin = False
 
     def publish_statement(self, plan: BackfillPlan, shown: int | None = None) -> str:
         return (f"CREATE OR REPLACE TABLE {plan.target_table} USING delta{layout_clause(plan)} "

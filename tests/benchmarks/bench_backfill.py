@@ -344,6 +344,8 @@ def request_extras(args) -> dict:
         extra["batch_size"] = args.batch_size
     if args.concurrency is not None:
         extra["concurrency"] = args.concurrency
+    if args.staging:
+        extra["staging"] = args.staging
     return extra
 
 
@@ -841,6 +843,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="request field batch_size (default: settings batch_size)")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="request field concurrency (default: settings concurrency)")
+    parser.add_argument("--staging", choices=("durable", "pinned"), default=None,
+                        help="the full runs' staging mode (default: the settings')")
     parser.add_argument("--master", default="local[2]", help="Spark master")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--driver-memory", default="6g")

@@ -25,7 +25,7 @@ def readme_demo_line() -> str:
     return lines[0]
 
 
-def shell(command: str, home: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+def shell(command: str, home: Path, timeout: int = 1800) -> subprocess.CompletedProcess:
     """Run ``command`` in bash from the repository, as a user's shell would, on the local default at ``home``."""
     env = {**os.environ, "BACKFILL_HOME": str(home),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -15,6 +15,7 @@ from tests.conftest import ROOT
 
 
 def test_a_second_process_on_a_home_in_use_ends_with_one_line_naming_it(spark, settings):
+    # the holder is this worker's JVM, whose driver (this process) is alive: refused after a short wait
     spark.sql("SHOW DATABASES").collect()  # this worker's JVM has the home's metastore booted
     env = {**os.environ, "BACKFILL_HOME": str(settings.home)}
     started = time.monotonic()
@@ -24,7 +25,7 @@ def test_a_second_process_on_a_home_in_use_ends_with_one_line_naming_it(spark, s
     home = settings.home.resolve()
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.strip().splitlines() == [
-        f"error: home {home} is in use by another process: its Derby metastore ({settings.metastore_dir}) admits "
+        f"error: home {home} is in use by process {spark.sparkContext._gateway.proc.pid}: its Derby metastore ({settings.metastore_dir}) admits "
         "one process at a time; wait for that process to end, or give this one another home (BACKFILL_HOME) or a "
         'shared metastore (see "Running on clusters")']
     assert took < 60, f"{took:.0f} s: a JVM was started before the refusal"
