@@ -118,6 +118,10 @@ class PlanDocument(_Document):
     batches: list[PlanBatch]
     publish_statement: str | None = Field(description="The publishing statement in full; null without partitions.")
     staging_table: str
+    staging: Literal["durable", "pinned"] = Field(
+        description="Where staged rows wait for the publish commit: the staging table (durable) or the run's Spark "
+                    "session (pinned; a run with --until validate, a rebuild, depends_on_past or Spark Connect "
+                    "stages durably whatever was asked).")
     source_versions: list[SourcePin] | None = Field(
         description="Delta sources and the versions the run reads them at; null when not pinned yet.")
     marts: list[str] = Field(description="Downstream marts recomputed after the target publishes, in order.")
@@ -159,6 +163,7 @@ def plan_document(plan: BackfillPlan) -> PlanDocument:
         batches=[PlanBatch(index=b.index, partitions=list(b.keys)) for b in plan.batches],
         publish_statement=strategy.publish_statement(plan) if parts or strategy.whole_table else None,
         staging_table=plan.staging_table,
+        staging=plan.staging_mode,
         source_versions=(None if plan.source_versions is None
                          else [SourcePin(table=s.table, version=s.version) for s in plan.source_versions]),
         marts=[m.table for m in mart_order(r.marts)],
