@@ -440,7 +440,7 @@ class BackfillRequest(_Frozen):
 
     def mart_request(self, mart: Mart) -> "BackfillRequest":
         """The request a mart is recomputed by: the mart's table, SQL, keys and suite; the months (or days) that
-        cover this request's range; the same owner, reason and time zone; strategy recompute."""
+        cover this request's range; the same owner, reason, time zone and staging; strategy recompute."""
         first, last = self.range.start, self.range.end
         if self.target.grain is Grain.MONTH and mart.grain is not Grain.MONTH:
             # a month of the target covers every day of it: the range's end names its last month's first day
@@ -453,6 +453,7 @@ class BackfillRequest(_Frozen):
             range=DateRange(start=first, end=last), time_zone=self.time_zone, strategy=Strategy.RECOMPUTE,
             source=Source(sql=mart.sql), keys=mart.keys, expectations=mart.expectations,
             batch_size=self.batch_size, concurrency=self.concurrency, on_source_change=self.on_source_change,
+            staging=self.staging,
         )
 
     def bounds(self):
