@@ -260,9 +260,13 @@ LIVE_HOLDER_WAIT_SECONDS = 3.0
 
 def _lock_holder(handle) -> int | None:
     """The process ID holding a POSIX lock that conflicts with an exclusive lock of the whole open file ``handle``
-    (``F_GETLK``; Derby's ``FileChannel.tryLock`` takes such a lock), ``None`` when none does."""
+    (``F_GETLK``; Derby's ``FileChannel.tryLock`` takes such a lock), ``None`` when none does or it cannot be told
+    (``struct flock`` is read in Linux's layout only)."""
     import fcntl
     import struct
+
+    if not sys.platform.startswith("linux"):
+        return None
 
     query = struct.pack("hhqqii", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0, 0)  # struct flock, 64-bit Linux
     try:
@@ -322,7 +326,8 @@ def refuse_a_home_in_use(settings: Settings) -> None:
             except OSError:
                 holder = _lock_holder(handle)
                 waited = time.monotonic() - started
-                limit = LIVE_HOLDER_WAIT_SECONDS if holder and _parent_alive(holder) else EXITING_HOLDER_WAIT_SECONDS
+                exiting = holder is not None and not _parent_alive(holder)
+                limit = EXITING_HOLDER_WAIT_SECONDS if exiting else LIVE_HOLDER_WAIT_SECONDS
                 if waited < limit:
                     time.sleep(0.2)
                     continue
