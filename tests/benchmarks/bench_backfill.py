@@ -29,7 +29,7 @@ It measures, in one process and on one local SparkSession:
     America/New_York) against a ``TableState`` that has every hour, and for one year: time (median of 3) and
     peak Python memory (``tracemalloc``, separate pass).
 
-The results are printed as ``rich`` tables and written as JSON to ``<home>/bench/results.json``. Stage times of
+The results are printed as ``rich`` tables and written as JSON, one file per run, to ``<home>/bench/results-<UTC start>-<commit>.json`` (with the commit, the machine, the load and every figure). Stage times of
 the full runs come from timers wrapped around the library's functions for the run's duration (a few
 microseconds per call), from Spark job groups set around the same calls (Spark jobs per stage; a job group
 only labels jobs) and from the ledger's event timestamps. Nothing else in the library changes.
@@ -285,6 +285,17 @@ def load_average() -> float | None:
         return round(os.getloadavg()[0], 2)
     except OSError:
         return None
+
+
+def git_commit() -> str:
+    """The checkout's commit (``+dirty`` when it has uncommitted changes), or ``unknown`` outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def machine_facts(spark, args) -> dict:
@@ -836,7 +847,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor of lineitem")
     parser.add_argument("--home", default=os.environ.get("BACKFILL_HOME", ".backfill"),
-                        help="backfill home (warehouse, metastore, runs); results in HOME/bench/results.json")
+                        help="backfill home (warehouse, metastore, runs); results in HOME/bench/results-*.json")
     parser.add_argument("--data-dir", default=None, help="where tpchgen-cli output is cached (default HOME/bench/tpch)")
     parser.add_argument("--year", type=int, default=1995, help="the year of daily lineitem partitions recomputed in (a)")
     parser.add_argument("--batch-size", type=int, default=None,
@@ -854,7 +865,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="(d)/(e): years of the row-level scale curve, from --year on; the first is (d)")
     parser.add_argument("--reload", action="store_true", help="reload bench.lineitem from the Parquet files")
     parser.add_argument("--keep-staging", action="store_true", help="keep the runs' staging tables")
-    parser.add_argument("--output", default=None, help="results JSON (default HOME/bench/results.json)")
+    parser.add_argument("--output", default=None,
+                        help="results JSON (default HOME/bench/results-<UTC start>-<commit>.json, one per run)")
     args = parser.parse_args(argv)
     if args.concurrency is not None and not concurrency_supported():
         parser.error("--concurrency: the request model has no field 'concurrency' yet")
@@ -866,11 +878,15 @@ def main(argv: list[str] | None = None) -> int:
     settings = make_settings(args)
     bench_dir = settings.home / "bench"
     bench_dir.mkdir(parents=True, exist_ok=True)
-    output = Path(args.output) if args.output else bench_dir / "results.json"
+    started = datetime.now(timezone.utc)
+    commit = git_commit()
+    # one file per run: the machine, the load, the commit and every figure of that run
+    output = Path(args.output) if args.output else bench_dir / f"results-{started:%Y%m%dT%H%M%SZ}-{commit[:12]}.json"
     # A terminated benchmark still writes what it measured so far (``"complete": false``).
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     results: dict = {
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": started.isoformat(timespec="seconds"),
+        "commit": commit,
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "config": {
             "scale_factor": args.scale,
@@ -883,6 +899,7 @@ def main(argv: list[str] | None = None) -> int:
             "concurrency_from": "--concurrency (request field)" if args.concurrency else "settings concurrency",
             "concurrency_supported": concurrency_supported(),
             "home": str(settings.home),
+            "staging": args.staging or settings.staging,
         },
         "targets": {"full_over_bare_max": TARGET_RATIO, "aggregate_full_over_bare_max": TARGET_AGG_RATIO, "overhead_per_partition_max_s": TARGET_OVERHEAD_S,
                     "plan_87600_hourly_max_s": TARGET_PLAN_S},
