@@ -72,6 +72,16 @@ class StagingTable:
         # writeTo(...).overwrite(condition) is Delta's replaceWhere, without saveAsTable's catalog rewrite.
         rows.writeTo(self.name).overwrite(F.expr(condition))
 
+    @staticmethod
+    def hold(rows: DataFrame) -> DataFrame:
+        """``rows`` computed once for the batch's count and its write: persisted (memory, spilling to disk)."""
+        return rows.persist(StorageLevel.MEMORY_AND_DISK)
+
+    @staticmethod
+    def let_go(rows: DataFrame) -> None:
+        """Free what :meth:`hold` kept, once the batch is written."""
+        rows.unpersist()
+
 
 class PinnedRows:
     """A pinned run's staged rows (:mod:`backfill_lib.plan.staging_mode`): each batch's rows checkpointed in the
@@ -84,11 +94,20 @@ class PinnedRows:
         self._batches: dict[str, DataFrame] = {}
         self._lock = threading.Lock()
 
+    @staticmethod
+    def hold(rows: DataFrame) -> DataFrame:
+        """``rows`` pinned: computed once (``localCheckpoint``, eager), for the batch's count and every later read."""
+        return rows.localCheckpoint(eager=True)
+
+    @staticmethod
+    def let_go(rows: DataFrame) -> None:
+        """Nothing: the pinned rows are the staged rows until the run ends (:func:`release_pinned`)."""
+
     def write(self, rows: DataFrame, condition: str) -> None:
-        """Pin ``rows`` (with ``_backfill_batch``) as the batch that ``condition`` names, replacing its earlier rows."""
-        pinned = rows.localCheckpoint(eager=True)
+        """Keep ``rows`` (pinned by :meth:`hold`, with ``_backfill_batch``) as the batch that ``condition`` names,
+        replacing its earlier rows."""
         with self._lock:
-            self._batches[condition] = pinned
+            self._batches[condition] = rows
 
     def rows(self) -> DataFrame | None:
         """Every pinned batch's rows (``_backfill_batch`` kept), or ``None`` before the first batch."""
@@ -234,9 +253,9 @@ def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: Stagin
     """Write ``df`` into the staging table as batch ``batch.index``, replacing that batch's earlier rows; return
     rows per partition key.
 
-    ``df`` is persisted (memory, spilling to disk) and counted per partition first (the source runs once, in that
-    count), then ``before_write`` is called and the very rows counted are written: the count finds stray rows
-    before anything is written and needs no read of the staging table afterwards. A planned partition the source
+    ``df`` is held by ``staging`` (persisted, or pinned for good by a pinned run) and counted per partition first
+    (the source runs once, in that count), then ``before_write`` is called and the very rows counted are written:
+    the count finds stray rows before anything is written and needs no read of the staging table afterwards. A planned partition the source
     left empty counts 0 rows.
 
     Raises
@@ -248,7 +267,7 @@ def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: Stagin
     """
     predicate = plan.batch_predicate(batch)
     keys = plan.partition_keys
-    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    df = staging.hold(df)
     try:
         in_range = F.coalesce(F.expr(plan.partition_predicate([p.partition for p in batch.partitions])), F.lit(False))
         in_where = F.lit(True) if plan.where is None else F.coalesce(F.expr(f"({plan.where.sql})"), F.lit(False))
@@ -260,7 +279,7 @@ def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: Stagin
         staging.write(df.withColumn(BATCH_COLUMN, F.lit(batch.index).cast("int")),
                       f"{BATCH_COLUMN} = {batch.index} AND ({predicate})")
     finally:
-        df.unpersist()
+        staging.let_go(df)
     rows: dict[str | None, int] = {}
     for r in counted:  # every group is inside both here
         rows[r["p"]] = rows.get(r["p"], 0) + int(r["count"])
