@@ -121,3 +121,60 @@ def _check_parts_fit(where: str, columns: Sequence[Column], request: BackfillReq
     for key in request.keys:
         if key not in by_name:
             raise IntakeError(f"{where} has no key column {key} (field keys)")
+
+
+def check_not_own_table(field: str, name: str, own_schemas: dict[str, str], current_schema: str,
+                        request_path: str) -> None:
+    """Raise :class:`IntakeError` when catalog table ``name`` (the request's ``field``) is in one of the product's
+    own schemas: ``own_schemas`` maps a settings field (``ledger_schema``, ``staging_schema``) to its schema name.
+    A name without a schema is in ``current_schema`` (the session's current database). Names compare
+    case-insensitively, as Spark's session catalog does; a path-based name is left to
+    :func:`check_not_own_location`.
+
+    Raises
+    ------
+    IntakeError
+        ``"{request_path}: field '{field}': table {name} is in schema S, the settings' ledger_schema (...)"``.
+    """
+    from backfill_lib.core.table_names import split_table_name, table_path
+
+    if table_path(name) is not None:
+        return
+    parts = split_table_name(name) or []
+    schema = parts[-2] if len(parts) >= 2 else current_schema
+    for setting, own in own_schemas.items():
+        if schema.lower() == own.lower():
+            raise IntakeError(f"{request_path}: field '{field}': table {name} is in schema {own}, the settings' "
+                              f"{setting}, {_OWN_ROLE[setting]}; a backfill never writes the product's own tables")
+
+
+def check_not_own_location(field: str, name: str, location: str, own_locations: dict[str, tuple[str, str]],
+                           request_path: str) -> None:
+    """Raise :class:`IntakeError` when the Delta table ``name`` (the request's ``field``) at ``location`` lies in
+    the directory of one of the product's own schemas: ``own_locations`` maps a settings field
+    (``ledger_schema``, ``staging_schema``) to ``(schema, directory)``. Catches a path-based name
+    (``delta.`<warehouse>/backfill_ledger.db/runs```) and an external table placed there.
+
+    Raises
+    ------
+    IntakeError
+        ``"{request_path}: field '{field}': table {name} at LOCATION is in the directory of schema S, ..."``.
+    """
+    here = _bare_location(location) + "/"
+    for setting, (own, directory) in own_locations.items():
+        if directory and here.startswith(_bare_location(directory) + "/"):
+            raise IntakeError(f"{request_path}: field '{field}': table {name} at {_bare_location(location)} is in the "
+                              f"directory of schema {own}, the settings' {setting}, {_OWN_ROLE[setting]}; a "
+                              "backfill never writes the product's own tables")
+
+
+def _bare_location(location: str) -> str:
+    """``location`` without a trailing slash, a local one without its ``file:`` scheme (``file:///x/`` -> ``/x``)."""
+    from backfill_lib.core.table_names import location_key
+
+    key = location_key(location)
+    return key[len("file:"):] if key.startswith("file:/") else key
+
+
+_OWN_ROLE = {"ledger_schema": "which holds delta-backfill's run ledger",
+             "staging_schema": "which holds delta-backfill's staging tables"}

@@ -20,10 +20,11 @@ from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.settings import Settings
-from backfill_lib.core.table_names import is_path_table
+from backfill_lib.core.table_names import is_path_table, table_path
 from backfill_lib.core.table_state import TableState
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.intake.rule_checks import check_rules
+from backfill_lib.intake.table_checks import check_not_own_location, check_not_own_table
 from backfill_lib.intake.where_check import check_where
 from backfill_lib.plan.builder import build_plan
 from backfill_lib.plan.model import BackfillPlan
@@ -53,6 +54,7 @@ def prepare(
         (:func:`~backfill_lib.plan.past_reads.check_past_reads`); nothing is written.
     """
     request = load_request(request_path)
+    check_own_tables(spark, settings, request, str(request_path))
     check_path_tables(spark, request, str(request_path))
     if request.depends_on_past:  # its reads of the target must be redirectable to the staged partitions
         check_past_reads(spark, request, str(request_path))
@@ -63,6 +65,8 @@ def prepare(
         inputs = pool.submit(in_pool, spark, _pinned_input, spark, request, bounds)
         state, where = state_read.result()
         pins, frame, found = inputs.result()
+    check_not_own_location("target.table", request.target.table, state.location, _own_locations(spark, settings),
+                           str(request_path))
     # in `backfill plan` too: a bad rule never reaches staging; the rules read the rows as staged, with a generated
     # column the source omits computed
     check_rules(spark, request, str(request_path), with_generated(frame, state.generated))
@@ -79,6 +83,43 @@ def prepare(
         where=where,
     )
     return replace(plan, source_versions=pins), state
+
+
+def written_tables(request: BackfillRequest) -> list[tuple[str, str]]:
+    """``(field, name)`` of every table ``request`` publishes to: the target and its marts."""
+    return [("target.table", request.target.table)] + [(f"marts.{i}.table", m.table)
+                                                        for i, m in enumerate(request.marts)]
+
+
+def check_own_tables(spark: SparkSession, settings: Settings, request: BackfillRequest, request_path: str) -> None:
+    """Refuse a request that would publish to a table of the settings' ``ledger_schema`` or ``staging_schema`` (a
+    forged run event, a staging table swapped under a run), by name or, for a path-based name, by the schemas'
+    directories; before anything is read or written.
+
+    Raises
+    ------
+    IntakeError
+        Naming the field, the table, the schema and which settings field names it
+        (:func:`~backfill_lib.intake.table_checks.check_not_own_table`).
+    """
+    schemas = {"ledger_schema": settings.ledger_schema, "staging_schema": settings.staging_schema}
+    current = spark.catalog.currentDatabase()
+    for field, name in written_tables(request):
+        check_not_own_table(field, name, schemas, current, request_path)
+    paths = [(field, name) for field, name in written_tables(request) if table_path(name) is not None]
+    if paths:
+        locations = _own_locations(spark, settings)
+        for field, name in paths:
+            check_not_own_location(field, name, table_path(name), locations, request_path)
+
+
+def _own_locations(spark: SparkSession, settings: Settings) -> dict[str, tuple[str, str]]:
+    """``{"ledger_schema": (schema, directory), ...}`` of the product's own schemas that exist."""
+    found = {}
+    for setting, schema in (("ledger_schema", settings.ledger_schema), ("staging_schema", settings.staging_schema)):
+        if spark.catalog.databaseExists(schema):
+            found[setting] = (schema, spark.catalog.getDatabase(schema).locationUri or "")
+    return found
 
 
 def path_tables(request: BackfillRequest) -> list[tuple[str, str]]:
