@@ -13,13 +13,14 @@ from backfill_lib.intake.request import BackfillRequest
 def check_request_against_table(request: BackfillRequest, state: TableState, where: RowFilter | None = None) -> None:
     """Raise :class:`IntakeError` naming the table and column when the request does not fit the table.
 
-    Checks: the range's column exists and has the type its grain needs: as one of the table's partition columns
+    Checks: no table property forbids the publishing commit (:func:`check_writable`); the range's column exists and has the type its grain needs: as one of the table's partition columns
     (at any position of its partition spec) ``date`` for day and month, ``timestamp`` for hour, or ``string``
     with ``target.partition_format``; integer ``target.partition_columns``, each a partition column; as a data column (an unpartitioned or clustered table, or one partitioned
     by other columns) ``date`` for day and month or ``timestamp`` for any grain, without a format. Every key
     column exists; ``where`` (the checked ``target.where``) reads only other partition columns
     (:func:`check_where_columns`).
     """
+    check_writable(f"table {state.name}", state.name, state.write_blockers)
     target = request.target
     data_column = range_in_data(request, state)
     if data_column and target.partition_format is not None:
@@ -37,6 +38,17 @@ def check_request_against_table(request: BackfillRequest, state: TableState, whe
                     "partition columns that together hold the date")
     if where is not None:
         check_where_columns(state, target.range_columns, where, "field 'target.where'")
+
+
+def check_writable(where: str, name: str, blockers: Sequence[str]) -> None:
+    """Raise :class:`IntakeError` starting with ``where`` (``table NAME``, or ``FILE: field 'marts.N.table': table
+    NAME``) when ``blockers`` (:func:`~backfill_lib.core.table_state.write_blockers_of` of table ``name``) holds a
+    property under which Delta would refuse the commit that publishes the backfill, naming the property."""
+    if blockers:
+        raise IntakeError(
+            f"{where} has table property {blockers[0]}: Delta refuses a commit that removes or rewrites rows, as "
+            "publishing a backfill does (a replaceWhere, MERGE or CREATE OR REPLACE); unset it first (ALTER TABLE "
+            f"{name} UNSET TBLPROPERTIES ('{blockers[0].split(' = ')[0]}')) or backfill another table")
 
 
 def range_in_data(request: BackfillRequest, state: TableState) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from backfill_lib.adapters.delta_log import missing_table_message, read_table_state, table_exists
+from backfill_lib.adapters.delta_log import live_metadata, missing_table_message, read_table_state, table_exists
 from backfill_lib.adapters.generated import with_generated
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.adapters.session import session_time_zone
@@ -21,10 +21,10 @@ from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_names import is_path_table, table_path
-from backfill_lib.core.table_state import TableState
+from backfill_lib.core.table_state import TableState, write_blockers_of
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.intake.rule_checks import check_rules
-from backfill_lib.intake.table_checks import check_not_own_location, check_not_own_table
+from backfill_lib.intake.table_checks import check_not_own_location, check_not_own_table, check_writable
 from backfill_lib.intake.where_check import check_where
 from backfill_lib.plan.builder import build_plan
 from backfill_lib.plan.model import BackfillPlan
@@ -67,6 +67,7 @@ def prepare(
         pins, frame, found = inputs.result()
     check_not_own_location("target.table", request.target.table, state.location, _own_locations(spark, settings),
                            str(request_path))
+    check_marts_writable(spark, request, str(request_path))
     # in `backfill plan` too: a bad rule never reaches staging; the rules read the rows as staged, with a generated
     # column the source omits computed
     check_rules(spark, request, str(request_path), with_generated(frame, state.generated))
@@ -111,6 +112,23 @@ def check_own_tables(spark: SparkSession, settings: Settings, request: BackfillR
         locations = _own_locations(spark, settings)
         for field, name in paths:
             check_not_own_location(field, name, table_path(name), locations, request_path)
+
+
+def check_marts_writable(spark: SparkSession, request: BackfillRequest, request_path: str) -> None:
+    """Refuse a request whose existing mart has a table property under which Delta would refuse its publishing
+    commit (``delta.appendOnly = true``), at intake rather than after the target published. A mart that does not
+    exist is left to its own plan.
+
+    Raises
+    ------
+    IntakeError
+        ``"{request_path}: field 'marts.N.table': table NAME has table property delta.appendOnly = true: ..."``.
+    """
+    for i, mart in enumerate(request.marts):
+        if table_exists(spark, mart.table):
+            properties, _ = live_metadata(spark, mart.table)
+            check_writable(f"{request_path}: field 'marts.{i}.table': table {mart.table}", mart.table,
+                           write_blockers_of(properties))
 
 
 def _own_locations(spark: SparkSession, settings: Settings) -> dict[str, tuple[str, str]]:

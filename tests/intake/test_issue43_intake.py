@@ -72,3 +72,36 @@ def test_a_ledger_table_named_by_its_path_is_refused(spark, settings, db, tmp_pa
         f"{settings.ledger_schema}, the settings' ledger_schema, which holds delta-backfill's run ledger; a backfill "
         "never writes the product's own tables")
     assert _versions(spark, f"{settings.ledger_schema}.runs") == before
+
+
+# ---------------------------------------------------------------- item 6: properties that forbid the write
+
+
+def test_an_append_only_target_is_refused_naming_the_property(spark, db, tmp_path, capsys):
+    make_events(spark, db, FULL_SOURCE)
+    spark.sql(f"ALTER TABLE {db}.events SET TBLPROPERTIES ('delta.appendOnly' = 'true')")
+    before = _versions(spark, f"{db}.events")
+    path = events_request(tmp_path, db)
+    assert main(["run", str(path)]) == 2
+    assert _error(capsys) == (
+        f"error: table {db}.events has table property delta.appendOnly = true: Delta refuses a commit that removes "
+        "or rewrites rows, as publishing a backfill does (a replaceWhere, MERGE or CREATE OR REPLACE); unset it "
+        f"first (ALTER TABLE {db}.events UNSET TBLPROPERTIES ('delta.appendOnly')) or backfill another table")
+    assert _versions(spark, f"{db}.events") == before
+
+
+def test_an_append_only_mart_is_refused_before_the_target_publishes(spark, db, tmp_path, capsys):
+    from tests.fixtures import make_monthly, with_mart
+
+    make_events(spark, db, FULL_SOURCE)
+    make_monthly(spark, db)
+    spark.sql(f"ALTER TABLE {db}.events_monthly SET TBLPROPERTIES ('delta.appendOnly' = 'true')")
+    before = _versions(spark, f"{db}.events")
+    path = with_mart(tmp_path, db)
+    assert main(["run", str(path)]) == 2
+    assert _error(capsys) == (
+        f"error: {path}: field 'marts.0.table': table {db}.events_monthly has table property delta.appendOnly = "
+        "true: Delta refuses a commit that removes or rewrites rows, as publishing a backfill does (a replaceWhere, "
+        f"MERGE or CREATE OR REPLACE); unset it first (ALTER TABLE {db}.events_monthly UNSET TBLPROPERTIES "
+        "('delta.appendOnly')) or backfill another table")
+    assert _versions(spark, f"{db}.events") == before
