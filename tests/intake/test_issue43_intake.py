@@ -105,3 +105,79 @@ def test_an_append_only_mart_is_refused_before_the_target_publishes(spark, db, t
         f"MERGE or CREATE OR REPLACE); unset it first (ALTER TABLE {db}.events_monthly UNSET TBLPROPERTIES "
         "('delta.appendOnly')) or backfill another table")
     assert _versions(spark, f"{db}.events") == before
+
+
+# ---------------------------------------------------------------- item 9: names in another case
+
+
+def _upper_events(spark, db: str) -> None:
+    """``db.events`` spelt ``ID, EVENT_DATE, V`` (partitioned by EVENT_DATE) and ``db.events_src`` spelt
+    ``id, event_date, v``."""
+    from tests.fixtures import D9, D10
+
+    spark.createDataFrame([(1, D9, 1), (2, D9, 2), (3, D10, 3)], "ID INT, EVENT_DATE DATE, V INT") \
+        .write.format("delta").partitionBy("EVENT_DATE").saveAsTable(f"{db}.events")
+    spark.createDataFrame([(1, D9, 10), (2, D9, 20), (3, D10, 30)], "id INT, event_date DATE, v INT") \
+        .write.format("delta").partitionBy("event_date").saveAsTable(f"{db}.events_src")
+
+
+def _lower_request(tmp_path, db: str, table: str, rules: bool = True):
+    sql = tmp_path / "events.sql"
+    sql.write_text(f"SELECT id, event_date, v FROM {db}.events_src "
+                   "WHERE event_date >= :range_start AND event_date < :range_end")
+    fields = dict(
+        owner="ana@example.com", reason="TEST-43: names in another case",
+        target={"table": table, "partition_column": "event_date", "grain": "day"},
+        range={"start": "2024-03-09", "end": "2024-03-09"}, time_zone="UTC", strategy="recompute",
+        source={"sql": str(sql)}, keys=["id"], diff_gate={"allowed_changed_columns": ["v"]})
+    if not rules:
+        return write_request(tmp_path / "events.yml", **fields)
+    return write_request(
+        tmp_path / "events.yml", **fields,
+        reconciliation=[{"name": "rows", "metric": "sum(v)",
+                         "source": {"table": f"{db}.events_src", "partition_column": "EVENT_DATE",
+                                    "metric": "sum(V)"}}],
+        metric_rules=[{"name": "v_metrics", "source": {"table": f"{db}.events_src", "partition_column": "Event_Date"},
+                       "metrics": {"sum": ["v"], "null_count": ["id"], "checksum": ["id", "v"]}}])
+
+
+def test_names_in_another_case_resolve_as_the_session_does_and_print_as_the_table_spells_them(
+        spark, settings, db, tmp_path, capsys):
+    from chispa import assert_df_equality
+
+    from backfill_lib.plan.prepare import prepare
+    from tests.conftest import quiet_runner
+    from tests.fixtures import D9, D10
+
+    _upper_events(spark, db)
+    path = _lower_request(tmp_path, db, f"{db.upper()}.EVENTS")
+    plan, state = prepare(spark, settings, path)
+    request = plan.request
+    assert (request.target.table, request.target.partition_column, request.keys) == (f"{db}.events", "EVENT_DATE",
+                                                                                     ("ID",))
+    assert request.diff_gate.allowed_changed_columns == ("V",)
+    assert [r.source.partition_column for r in request.reconciliation + request.metric_rules] == ["event_date"] * 2
+    assert (request.metric_rules[0].metrics.sum, request.metric_rules[0].metrics.checksum) == (("V",), ("ID", "V"))
+    assert [p.key for p in plan.partitions] == ["2024-03-09"]
+    assert plan.target_version == 0
+
+    result = quiet_runner(spark, settings).run(plan, state)
+    assert result.status == "published", result.failures
+    assert result.published_version == 1
+    assert spark.table(f"{db}.events").columns == ["ID", "EVENT_DATE", "V"]  # no column added in another case
+    expected = spark.createDataFrame([(1, D9, 10), (2, D9, 20), (3, D10, 3)], "ID INT, EVENT_DATE DATE, V INT")
+    assert_df_equality(spark.table(f"{db}.events"), expected, ignore_row_order=True)
+    assert all(c.success for c in result.checks)
+
+
+def test_a_case_sensitive_session_refuses_a_name_in_another_case(spark, settings, db, tmp_path, capsys):
+    _upper_events(spark, db)
+    path = _lower_request(tmp_path, db, f"{db}.events", rules=False)
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        assert main(["plan", str(path)]) == 2
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+    assert _error(capsys) == f"error: table {db}.events has no column event_date (field target.partition_column)"
+    assert _versions(spark, f"{db}.events") == 1
+
