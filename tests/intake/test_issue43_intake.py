@@ -181,3 +181,37 @@ def test_a_case_sensitive_session_refuses_a_name_in_another_case(spark, settings
     assert _error(capsys) == f"error: table {db}.events has no column event_date (field target.partition_column)"
     assert _versions(spark, f"{db}.events") == 1
 
+
+# ---------------------------------------------------------------- item 10: a month range ending on its last day
+
+
+def test_a_month_range_written_with_its_last_day_backfills_that_month_whole(spark, settings, db, tmp_path):
+    from datetime import date
+
+    from chispa import assert_df_equality
+
+    from backfill_lib.plan.prepare import prepare
+    from tests.conftest import quiet_runner
+
+    schema = "id INT, month DATE, v INT"
+    jan, feb, mar = date(2024, 1, 1), date(2024, 2, 1), date(2024, 3, 1)
+    spark.createDataFrame([(1, jan, 1), (2, feb, 2), (3, mar, 3)], schema).write.format("delta") \
+        .partitionBy("month").saveAsTable(f"{db}.monthly")
+    spark.createDataFrame([(1, jan, 10), (2, feb, 20), (4, feb, 40), (3, mar, 30)], schema).write.format("delta") \
+        .partitionBy("month").saveAsTable(f"{db}.monthly_src")
+    sql = tmp_path / "monthly.sql"
+    sql.write_text(f"SELECT * FROM {db}.monthly_src WHERE month >= :range_start AND month < :range_end")
+    path = write_request(
+        tmp_path / "monthly.yml", owner="ana@example.com", reason="TEST-43: month range by its last day",
+        target={"table": f"{db}.monthly", "partition_column": "month", "grain": "month"},
+        range={"start": "2024-01-01", "end": "2024-02-29"}, time_zone="UTC", strategy="recompute",
+        source={"sql": str(sql)}, keys=["id"], gates={"allow_row_growth": True})
+    plan, state = prepare(spark, settings, path)
+    assert [p.key for p in plan.partitions] == ["2024-01-01", "2024-02-01"]
+    assert (plan.range_start, plan.range_end) == (jan, mar)
+
+    result = quiet_runner(spark, settings).run(plan, state)
+    assert result.status == "published", result.failures
+    assert result.published_version == 1
+    expected = spark.createDataFrame([(1, jan, 10), (2, feb, 20), (4, feb, 40), (3, mar, 3)], schema)
+    assert_df_equality(spark.table(f"{db}.monthly"), expected, ignore_row_order=True)
