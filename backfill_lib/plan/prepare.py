@@ -142,7 +142,7 @@ def _catalog_spelling(spark: SparkSession, name: str) -> str | None:
     """Catalog table ``name`` spelt part by part as the catalog spells it (``Sales.Orders`` -> ``sales.orders``),
     or ``None`` for a path-based name or one the catalog does not find."""
     parts = split_table_name(name) if table_path(name) is None else None
-    if not parts:
+    if not parts or name == name.lower():  # the session catalog keeps names lower-cased: already its spelling
         return None
     try:  # the catalog's own name of the table; Catalog.getTable echoes the name as given
         rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
