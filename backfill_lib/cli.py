@@ -418,10 +418,10 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
     except AnalysisException as exc:
         raise IntakeError(f"table {table}: {str(exc).strip().splitlines()[0]}") from exc
     if json_:
-        from backfill_lib.report.documents import HistoryDocument, HistoryVersion
+        from backfill_lib.report.documents import HistoryDocument, HistoryVersion, utc_text
 
         _State.document = HistoryDocument(table=table, versions=[HistoryVersion(
-            version=v.version, committed=v.timestamp, operation=v.operation, action=v.action, run_id=v.run_id,
+            version=v.version, committed=utc_text(v.committed_at), operation=v.operation, action=v.action, run_id=v.run_id,
             run_status=v.status, strategy=v.strategy, owner=v.owner, reason=v.reason, approved_by=v.approved_by,
             detail=v.detail) for v in versions])
         return

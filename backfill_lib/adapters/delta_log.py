@@ -34,6 +34,7 @@ from backfill_lib.core.table_state import (
     column_mapping_mode,
     constraints_of,
     generated_columns_of,
+    write_blockers_of,
 )
 
 
@@ -285,7 +286,8 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
     return TableState(name, detail["location"], version, columns, partition_columns, partitions,
                       change_data_feed=change_data_feed, constraints=constraints_of(properties, columns),
                       column_mapping=column_mapping_mode(properties), clustering_columns=clustering,
-                      files=files, generated=snapshot_generated_columns(snapshot))
+                      files=files, generated=snapshot_generated_columns(snapshot),
+                      write_blockers=write_blockers_of(properties))
 
 
 def _snapshot_detail(spark: SparkSession, name: str) -> tuple:

@@ -70,6 +70,15 @@ def get_spark(settings: Settings, short_lived: bool = False) -> SparkSession:
 SESSION_TIME_ZONE = "spark.sql.session.timeZone"
 
 
+def case_sensitive(spark: SparkSession | None = None) -> bool:
+    """Whether ``spark`` (default: the active session; none: Spark's default) resolves column and table names
+    case-sensitively (``spark.sql.caseSensitive``, off by default)."""
+    spark = spark or SparkSession.getActiveSession()
+    if spark is None:
+        return False
+    return str(spark.conf.get("spark.sql.caseSensitive", "false")).strip().lower() == "true"
+
+
 @contextlib.contextmanager
 def session_time_zone(spark: SparkSession, zone: str, where: str):
     """Run the block with the session time zone ``zone`` (an IANA name), then put back the zone it had.

@@ -72,25 +72,25 @@ def half_open(first: date, last: date, grain: Grain, time_zone: str) -> tuple[da
     Parameters
     ----------
     first, last:
-        Inclusive local dates as the user wrote them. For ``month`` they must be first days of months
-        (``last`` names the last month included).
+        Inclusive local dates as the user wrote them. For ``month``, ``first`` must be the first day of a month;
+        ``last`` may be any day of the last month included (``2024-01-01`` and ``2024-01-31`` both end the range
+        with January).
     grain, time_zone:
         For ``hour``, the bounds are midnights in ``time_zone``, returned as UTC datetimes.
 
     Raises
     ------
     PartitionError
-        When ``last`` is before ``first``, or a month bound is not a first day.
+        When ``last`` is before ``first``, or a month range's ``first`` is not a first day.
     """
     if last < first:
         raise PartitionError(f"range end {last.isoformat()} is before its start {first.isoformat()}")
     if grain is Grain.DAY:
         return first, last + timedelta(days=1)
     if grain is Grain.MONTH:
-        for name, value in (("start", first), ("end", last)):
-            if value.day != 1:
-                raise PartitionError(f"range {name} {value.isoformat()} is not the first day of a month (grain month)")
-        return first, _first_of_next_month(last)
+        if first.day != 1:
+            raise PartitionError(f"range start {first.isoformat()} is not the first day of a month (grain month)")
+        return first, _first_of_next_month(last)  # any day of the last month names it whole
     tz = zone(time_zone)
     start = datetime.combine(first, datetime.min.time(), tzinfo=tz)
     end = datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=tz)

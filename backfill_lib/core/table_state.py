@@ -119,6 +119,9 @@ class TableState:
     (not a partition column): the data files whose statistics overlap the range (every file without
     statistics), from which the plan takes its cost (:mod:`backfill_lib.core.file_ranges`); ``partitions`` is
     then empty.
+
+    ``write_blockers`` are the table's properties under which Delta refuses the commit every backfill publishes
+    with (:func:`write_blockers_of`), as ``key = value``.
     """
 
     name: str
@@ -133,9 +136,22 @@ class TableState:
     clustering_columns: tuple[str, ...] = ()
     files: "tuple[FileRange, ...] | None" = None
     generated: tuple[GeneratedColumn, ...] = ()
+    write_blockers: tuple[str, ...] = ()
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
+
+
+def write_blockers_of(properties: dict[str, str]) -> tuple[str, ...]:
+    """The table properties among ``properties`` under which Delta refuses a commit that removes or rewrites rows
+    (a ``replaceWhere`` overwrite, a MERGE that updates or deletes, a ``CREATE OR REPLACE``), as
+    ``"delta.appendOnly = true"``: ``delta.appendOnly`` set to true (Delta protocol, "Append-only Tables"; keys and
+    values compared case-insensitively). Pure."""
+    blockers = []
+    for key, value in sorted((properties or {}).items()):
+        if key.lower() == "delta.appendonly" and str(value).strip().lower() == "true":
+            blockers.append(f"{key} = {value}")
+    return tuple(blockers)
 
 
 def column_mapping_mode(properties: dict[str, str]) -> str:

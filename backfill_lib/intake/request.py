@@ -443,7 +443,7 @@ class BackfillRequest(_Frozen):
         cover this request's range; the same owner, reason, time zone and staging; strategy recompute."""
         first, last = self.range.start, self.range.end
         if self.target.grain is Grain.MONTH and mart.grain is not Grain.MONTH:
-            # a month of the target covers every day of it: the range's end names its last month's first day
+            # a month of the target covers every day of it: the range's end is any day of its last month
             last = (last.replace(day=28) + timedelta(days=4)).replace(day=1) - timedelta(days=1)
         if mart.grain is Grain.MONTH:
             first, last = first.replace(day=1), last.replace(day=1)

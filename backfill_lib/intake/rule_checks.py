@@ -34,7 +34,8 @@ def _table(spark: SparkSession, name: str, column: str, request_path: str, field
     except Exception as exc:  # AnalysisException, or a name Spark cannot parse
         raise IntakeError(f"{_at(request_path, field + '.table')}: table {name} cannot be read: "
                           f"{first_line(exc)}") from None
-    if column not in df.columns:
+    fold = name_fold()
+    if fold(column) not in {fold(c) for c in df.columns}:
         raise IntakeError(f"{_at(request_path, field + '.partition_column')}: table {name} has no column {column} "
                           f"(columns: {', '.join(df.columns[:20])})")
     refuse_escapes(df, f"{_at(request_path, field + '.table')} ({name})")  # a view can hold what SQL may not
@@ -42,7 +43,8 @@ def _table(spark: SparkSession, name: str, column: str, request_path: str, field
 
 
 def check_columns(schema: StructType, spec: MetricSpec, where: str) -> None:
-    """Check that every column ``spec`` names exists in ``schema`` and that ``sum`` columns are exact numbers.
+    """Check that every column ``spec`` names exists in ``schema`` (ignoring case unless the active session's
+    ``spark.sql.caseSensitive`` is on, as Spark resolves it) and that ``sum`` columns are exact numbers.
 
     Parameters
     ----------
@@ -57,17 +59,26 @@ def check_columns(schema: StructType, spec: MetricSpec, where: str) -> None:
     IntakeError
         Naming ``where``, the column and, for ``sum``, its type when it is not integer or decimal.
     """
-    types: dict[str, DataType] = {f.name: f.dataType for f in schema.fields}
+    fold = name_fold()
+    types: dict[str, DataType] = {fold(f.name): f.dataType for f in schema.fields}
     for field in ("null_count", "nan_count", "sum", "min_max", "checksum"):
         for column in getattr(spec, field):
-            if column not in types:
+            if fold(column) not in types:
                 raise IntakeError(f"{where}: metric {field} names column '{column}', which does not exist")
     for column in spec.sum:
-        if not isinstance(types[column], (IntegralType, DecimalType)):
+        if not isinstance(types[fold(column)], (IntegralType, DecimalType)):
             raise IntakeError(
                 f"{where}: metric sum({column}) needs an integer or decimal column, "
-                f"'{column}' is {types[column].simpleString()}"
+                f"'{column}' is {types[fold(column)].simpleString()}"
             )
+
+
+def name_fold():
+    """How the active session compares column names: as written with ``spark.sql.caseSensitive`` on, else
+    lower-cased (Spark's default resolves ``v`` to a column ``V``)."""
+    spark = SparkSession.getActiveSession()
+    sensitive = spark is not None and str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    return (lambda name: name) if sensitive else str.lower
 
 
 def check_rules(spark: SparkSession, request: BackfillRequest, request_path: str, source: DataFrame,

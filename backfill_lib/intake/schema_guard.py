@@ -51,14 +51,16 @@ class ColumnCast:
 
 def align(
     source: tuple[Column, ...], target: tuple[Column, ...], where: str, keys: tuple[str, ...] = (),
-    generated: Mapping[str, str] | None = None,
+    generated: Mapping[str, str] | None = None, case_sensitive: bool = True,
 ) -> tuple[ColumnCast, ...]:
     """Map the source's columns onto the target's: the target's columns in order, then new source columns.
 
     Parameters
     ----------
     source, target:
-        Column lists (names are matched case-sensitively).
+        Column lists. Names are matched case-sensitively, or with ``case_sensitive`` false (the session's
+        ``spark.sql.caseSensitive`` off, Spark's default) ignoring case, as Spark resolves them; a
+        :class:`ColumnCast` always names the target's spelling (a new column the source's).
     where:
         Names the source in error messages (a SQL file path).
     keys:
@@ -74,11 +76,12 @@ def align(
         On a missing column, a type change that is not a widening, or a nullable key; the message names the
         column and both types (upper case, as Spark SQL writes them).
     """
-    by_name = {c.name: c for c in source}
-    target_names = {c.name for c in target}
+    fold = (lambda name: name) if case_sensitive else str.lower
+    by_name = {fold(c.name): c for c in source}
+    target_names = {fold(c.name) for c in target}
     out = []
     for col in target:
-        src = by_name.get(col.name)
+        src = by_name.get(fold(col.name))
         if src is None and col.name in (generated or {}):
             out.append(ColumnCast(col.name, col.type, False, expression=generated[col.name]))
             continue
@@ -96,5 +99,5 @@ def align(
             raise SchemaMismatchError(
                 f"{where}: column {col.name} is {src.type.upper()} in the source but {col.type.upper()} in the target"
             )
-    out += [ColumnCast(c.name, c.type, False, new=True) for c in source if c.name not in target_names]
+    out += [ColumnCast(c.name, c.type, False, new=True) for c in source if fold(c.name) not in target_names]
     return tuple(out)

@@ -13,13 +13,14 @@ from backfill_lib.intake.request import BackfillRequest
 def check_request_against_table(request: BackfillRequest, state: TableState, where: RowFilter | None = None) -> None:
     """Raise :class:`IntakeError` naming the table and column when the request does not fit the table.
 
-    Checks: the range's column exists and has the type its grain needs: as one of the table's partition columns
+    Checks: no table property forbids the publishing commit (:func:`check_writable`); the range's column exists and has the type its grain needs: as one of the table's partition columns
     (at any position of its partition spec) ``date`` for day and month, ``timestamp`` for hour, or ``string``
     with ``target.partition_format``; integer ``target.partition_columns``, each a partition column; as a data column (an unpartitioned or clustered table, or one partitioned
     by other columns) ``date`` for day and month or ``timestamp`` for any grain, without a format. Every key
     column exists; ``where`` (the checked ``target.where``) reads only other partition columns
     (:func:`check_where_columns`).
     """
+    check_writable(f"table {state.name}", state.name, state.write_blockers)
     target = request.target
     data_column = range_in_data(request, state)
     if data_column and target.partition_format is not None:
@@ -37,6 +38,17 @@ def check_request_against_table(request: BackfillRequest, state: TableState, whe
                     "partition columns that together hold the date")
     if where is not None:
         check_where_columns(state, target.range_columns, where, "field 'target.where'")
+
+
+def check_writable(where: str, name: str, blockers: Sequence[str]) -> None:
+    """Raise :class:`IntakeError` starting with ``where`` (``table NAME``, or ``FILE: field 'marts.N.table': table
+    NAME``) when ``blockers`` (:func:`~backfill_lib.core.table_state.write_blockers_of` of table ``name``) holds a
+    property under which Delta would refuse the commit that publishes the backfill, naming the property."""
+    if blockers:
+        raise IntakeError(
+            f"{where} has table property {blockers[0]}: Delta refuses a commit that removes or rewrites rows, as "
+            "publishing a backfill does (a replaceWhere, MERGE or CREATE OR REPLACE); unset it first (ALTER TABLE "
+            f"{name} UNSET TBLPROPERTIES ('{blockers[0].split(' = ')[0]}')) or backfill another table")
 
 
 def range_in_data(request: BackfillRequest, state: TableState) -> bool:
@@ -121,3 +133,60 @@ def _check_parts_fit(where: str, columns: Sequence[Column], request: BackfillReq
     for key in request.keys:
         if key not in by_name:
             raise IntakeError(f"{where} has no key column {key} (field keys)")
+
+
+def check_not_own_table(field: str, name: str, own_schemas: dict[str, str], current_schema: str,
+                        request_path: str) -> None:
+    """Raise :class:`IntakeError` when catalog table ``name`` (the request's ``field``) is in one of the product's
+    own schemas: ``own_schemas`` maps a settings field (``ledger_schema``, ``staging_schema``) to its schema name.
+    A name without a schema is in ``current_schema`` (the session's current database). Names compare
+    case-insensitively, as Spark's session catalog does; a path-based name is left to
+    :func:`check_not_own_location`.
+
+    Raises
+    ------
+    IntakeError
+        ``"{request_path}: field '{field}': table {name} is in schema S, the settings' ledger_schema (...)"``.
+    """
+    from backfill_lib.core.table_names import split_table_name, table_path
+
+    if table_path(name) is not None:
+        return
+    parts = split_table_name(name) or []
+    schema = parts[-2] if len(parts) >= 2 else current_schema
+    for setting, own in own_schemas.items():
+        if schema.lower() == own.lower():
+            raise IntakeError(f"{request_path}: field '{field}': table {name} is in schema {own}, the settings' "
+                              f"{setting}, {_OWN_ROLE[setting]}; a backfill never writes the product's own tables")
+
+
+def check_not_own_location(field: str, name: str, location: str, own_locations: dict[str, tuple[str, str]],
+                           request_path: str) -> None:
+    """Raise :class:`IntakeError` when the Delta table ``name`` (the request's ``field``) at ``location`` lies in
+    the directory of one of the product's own schemas: ``own_locations`` maps a settings field
+    (``ledger_schema``, ``staging_schema``) to ``(schema, directory)``. Catches a path-based name
+    (``delta.`<warehouse>/backfill_ledger.db/runs```) and an external table placed there.
+
+    Raises
+    ------
+    IntakeError
+        ``"{request_path}: field '{field}': table {name} at LOCATION is in the directory of schema S, ..."``.
+    """
+    here = _bare_location(location) + "/"
+    for setting, (own, directory) in own_locations.items():
+        if directory and here.startswith(_bare_location(directory) + "/"):
+            raise IntakeError(f"{request_path}: field '{field}': table {name} at {_bare_location(location)} is in the "
+                              f"directory of schema {own}, the settings' {setting}, {_OWN_ROLE[setting]}; a "
+                              "backfill never writes the product's own tables")
+
+
+def _bare_location(location: str) -> str:
+    """``location`` without a trailing slash, a local one without its ``file:`` scheme (``file:///x/`` -> ``/x``)."""
+    from backfill_lib.core.table_names import location_key
+
+    key = location_key(location)
+    return key[len("file:"):] if key.startswith("file:/") else key
+
+
+_OWN_ROLE = {"ledger_schema": "which holds delta-backfill's run ledger",
+             "staging_schema": "which holds delta-backfill's staging tables"}

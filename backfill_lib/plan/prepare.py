@@ -12,18 +12,20 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from backfill_lib.adapters.delta_log import missing_table_message, read_table_state, table_exists
+from backfill_lib.adapters.delta_log import live_metadata, missing_table_message, read_table_state, table_exists
 from backfill_lib.adapters.generated import with_generated
 from backfill_lib.adapters.pool import in_pool
-from backfill_lib.adapters.session import session_time_zone
+from backfill_lib.adapters.session import case_sensitive, session_time_zone
 from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.settings import Settings
-from backfill_lib.core.table_names import is_path_table
-from backfill_lib.core.table_state import TableState
+from backfill_lib.core.table_names import catalog_table, is_path_table, split_table_name, table_path
+from backfill_lib.core.table_state import TableState, write_blockers_of
+from backfill_lib.intake.names import respell_request
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.intake.rule_checks import check_rules
+from backfill_lib.intake.table_checks import check_not_own_location, check_not_own_table, check_writable
 from backfill_lib.intake.where_check import check_where
 from backfill_lib.plan.builder import build_plan
 from backfill_lib.plan.model import BackfillPlan
@@ -53,7 +55,9 @@ def prepare(
         (:func:`~backfill_lib.plan.past_reads.check_past_reads`); nothing is written.
     """
     request = load_request(request_path)
+    check_own_tables(spark, settings, request, str(request_path))
     check_path_tables(spark, request, str(request_path))
+    request = respell_names(spark, request)
     if request.depends_on_past:  # its reads of the target must be redirectable to the staged partitions
         check_past_reads(spark, request, str(request_path))
     bounds = request.bounds() or (None, None)
@@ -63,6 +67,9 @@ def prepare(
         inputs = pool.submit(in_pool, spark, _pinned_input, spark, request, bounds)
         state, where = state_read.result()
         pins, frame, found = inputs.result()
+    check_not_own_location("target.table", request.target.table, state.location, _own_locations(spark, settings),
+                           str(request_path))
+    check_marts_writable(spark, request, str(request_path))
     # in `backfill plan` too: a bad rule never reaches staging; the rules read the rows as staged, with a generated
     # column the source omits computed
     check_rules(spark, request, str(request_path), with_generated(frame, state.generated))
@@ -80,6 +87,99 @@ def prepare(
     )
     # the mode asked; the run falls back to durable where it must (backfill_lib.plan.staging_mode)
     return replace(plan, source_versions=pins, staging_mode=request.staging or settings.staging), state
+
+
+def written_tables(request: BackfillRequest) -> list[tuple[str, str]]:
+    """``(field, name)`` of every table ``request`` publishes to: the target and its marts."""
+    return [("target.table", request.target.table)] + [(f"marts.{i}.table", m.table)
+                                                        for i, m in enumerate(request.marts)]
+
+
+def check_own_tables(spark: SparkSession, settings: Settings, request: BackfillRequest, request_path: str) -> None:
+    """Refuse a request that would publish to a table of the settings' ``ledger_schema`` or ``staging_schema`` (a
+    forged run event, a staging table swapped under a run), by name or, for a path-based name, by the schemas'
+    directories; before anything is read or written.
+
+    Raises
+    ------
+    IntakeError
+        Naming the field, the table, the schema and which settings field names it
+        (:func:`~backfill_lib.intake.table_checks.check_not_own_table`).
+    """
+    schemas = {"ledger_schema": settings.ledger_schema, "staging_schema": settings.staging_schema}
+    current = spark.catalog.currentDatabase()
+    for field, name in written_tables(request):
+        check_not_own_table(field, name, schemas, current, request_path)
+    paths = [(field, name) for field, name in written_tables(request) if table_path(name) is not None]
+    if paths:
+        locations = _own_locations(spark, settings)
+        for field, name in paths:
+            check_not_own_location(field, name, table_path(name), locations, request_path)
+
+
+def respell_names(spark: SparkSession, request: BackfillRequest) -> BackfillRequest:
+    """``request`` with its column names spelt as their tables spell them and its catalog target named as the catalog
+    spells it, when the session resolves names case-insensitively (``spark.sql.caseSensitive`` off, Spark's
+    default; :func:`~backfill_lib.intake.names.respell_request`); ``request`` itself when it is case-sensitive.
+    A table that cannot be read keeps the names given (the checks that read it then name it)."""
+    if case_sensitive(spark):
+        return request
+    others = {r.source.table for r in request.reconciliation} | {r.source.table for r in request.metric_rules}
+    others |= {m.table for m in request.marts}
+    tables = {name: columns for name in sorted(others) if (columns := _columns(spark, name)) is not None}
+    return respell_request(request, _columns(spark, request.target.table), tables,
+                           _catalog_spelling(spark, request.target.table))
+
+
+def _columns(spark: SparkSession, name: str) -> list[str] | None:
+    """The top-level column names of table ``name``, or ``None`` when it cannot be read (missing, no table)."""
+    try:
+        return list(spark.table(name).columns)
+    except Exception:  # AnalysisException and the like: the checks that read the table name it
+        return None
+
+
+def _catalog_spelling(spark: SparkSession, name: str) -> str | None:
+    """Catalog table ``name`` spelt part by part as the catalog spells it (``Sales.Orders`` -> ``sales.orders``),
+    or ``None`` for a path-based name or one the catalog does not find."""
+    parts = split_table_name(name) if table_path(name) is None else None
+    if not parts or name == name.lower():  # the session catalog keeps names lower-cased: already its spelling
+        return None
+    try:  # the catalog's own name of the table; Catalog.getTable echoes the name as given
+        rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+    except Exception:  # no such table: read_table_state names it
+        return None
+    full = next((r["data_type"] for r in rows if r["col_name"] == "Name"), None)
+    spelt = (split_table_name(full) or [])[-len(parts):] if full else []
+    if len(spelt) != len(parts) or any(a.lower() != b.lower() for a, b in zip(spelt, parts)):
+        return None
+    return catalog_table(spelt)
+
+
+def check_marts_writable(spark: SparkSession, request: BackfillRequest, request_path: str) -> None:
+    """Refuse a request whose existing mart has a table property under which Delta would refuse its publishing
+    commit (``delta.appendOnly = true``), at intake rather than after the target published. A mart that does not
+    exist is left to its own plan.
+
+    Raises
+    ------
+    IntakeError
+        ``"{request_path}: field 'marts.N.table': table NAME has table property delta.appendOnly = true: ..."``.
+    """
+    for i, mart in enumerate(request.marts):
+        if table_exists(spark, mart.table):
+            properties, _ = live_metadata(spark, mart.table)
+            check_writable(f"{request_path}: field 'marts.{i}.table': table {mart.table}", mart.table,
+                           write_blockers_of(properties))
+
+
+def _own_locations(spark: SparkSession, settings: Settings) -> dict[str, tuple[str, str]]:
+    """``{"ledger_schema": (schema, directory), ...}`` of the product's own schemas that exist."""
+    found = {}
+    for setting, schema in (("ledger_schema", settings.ledger_schema), ("staging_schema", settings.staging_schema)):
+        if spark.catalog.databaseExists(schema):
+            found[setting] = (schema, spark.catalog.getDatabase(schema).locationUri or "")
+    return found
 
 
 def path_tables(request: BackfillRequest) -> list[tuple[str, str]]:

@@ -107,10 +107,14 @@ def publish_options(plan: BackfillPlan) -> dict[str, str]:
 def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
     """Refuse to publish when a commit changed the range's data files since the plan read the target.
 
-    Compares each planned partition's file-set fingerprint from the Delta log now with the plan's (within
-    ``target.where``, as the plan read them; for a range on a data column, the files whose min/max statistics
-    overlap the partition). Commits that touched only other partitions pass. Returns the target's current
-    version.
+    Commits that change no rows pass: every ``add`` and ``remove`` action of theirs has ``dataChange = false``
+    (Delta protocol, "Add File and Remove File": ``OPTIMIZE``, Z-ordering, auto compaction, purges), or they have
+    none (a property or comment set). When only such commits came since the plan, the range holds the rows the
+    plan read. Otherwise each planned partition's file-set fingerprint from the Delta log now is compared with the
+    plan's (within ``target.where``, as the plan read them; for a range on a data column, the files whose min/max
+    statistics overlap the partition): commits that touched only other partitions pass; a range a compaction
+    rewrote beside a row-changing commit elsewhere is refused too (its files differ from the plan's). Returns the
+    target's current version.
 
     Raises
     ------
@@ -120,6 +124,9 @@ def check_fence(spark: SparkSession, plan: BackfillPlan) -> int:
     snapshot = latest_snapshot(spark, plan.target_table)  # the version and the files compared, from one snapshot
     now_version = int(snapshot.version())
     if now_version == plan.target_version:
+        return now_version
+    changed_rows = row_changes(spark, snapshot, plan.target_version + 1, now_version)
+    if changed_rows is not None and not any(changed_rows.values()):  # compactions and the like: the same rows
         return now_version
     if plan.strategy.whole_table:  # a rebuild replaces every partition: any commit is in range
         raise FenceError(
@@ -157,22 +164,44 @@ def _range_stats(spark: SparkSession, plan: BackfillPlan, snapshot) -> dict[str,
                         request.target.grain, request.time_zone, plan.partition_format, keyed=bool(plan.date_parts))
 
 
+def row_changes(spark: SparkSession, snapshot, first: int, last: int) -> dict[int, bool] | None:
+    """For each commit ``first`` to ``last`` (inclusive) of ``snapshot``'s table, whether it changed rows: whether
+    any of its ``add`` or ``remove`` actions has ``dataChange`` true (a missing flag counts as true). Read from
+    the commits' own log entries (:func:`~backfill_lib.adapters.delta_log.commit_actions`); ``None`` when one
+    cannot be read (log cleanup), so the caller assumes rows changed."""
+    out: dict[int, bool] = {}
+    for version in range(first, last + 1):
+        actions = commit_actions(spark, snapshot, version)
+        if actions is None:
+            return None
+        out[version] = any(action[kind].get("dataChange", True) is not False
+                           for action in actions for kind in ("add", "remove") if kind in action)
+    return out
+
+
 def _committed_by(spark: SparkSession, plan: BackfillPlan) -> str:
     """Who committed to the target since the plan read it, for the fence's refusal: the backfill runs, by the
-    run ID in their commits' ``userMetadata`` (the ledger's key), and how many commits came from other
-    writers."""
+    run ID in their commits' ``userMetadata`` (the ledger's key), how many commits came from other writers, and
+    how many of those changed no rows (:func:`row_changes`; they did not trip the fence)."""
     runs: dict[str, list[str]] = {}
     others = 0
+    snapshot = latest_snapshot(spark, plan.target_table)
+    changed = row_changes(spark, snapshot, plan.target_version + 1, int(snapshot.version())) or {}
+    quiet = 0
     for version, meta in sorted(user_metadata_since(spark, plan.target_table, plan.target_version + 1)):
         parsed = _parsed(meta)
         run_id = parsed.get("run_id")
         if run_id and run_id != plan.commit_run_id:
             runs.setdefault(run_id, []).append(f"{parsed.get('action', 'publish')} version {version}")
-        else:
+        elif changed.get(version, True):
             others += 1
+        else:
+            quiet += 1
     named = [f"{', '.join(v)} by backfill run {r}" for r, v in runs.items()]
     if others:
         named.append(f"{others} commit{'s' if others > 1 else ''} by other writers")
+    if quiet:
+        named.append(f"{quiet} commit{'s' if quiet > 1 else ''} that changed no rows")
     return f"; committed since: {'; '.join(named)}" if named else ""
 
 

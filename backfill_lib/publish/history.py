@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -14,8 +15,10 @@ from backfill_lib.run.ledger import Ledger
 @dataclass(frozen=True)
 class BackfillVersion:
     """One version of a table written by a backfill: ``action`` is ``publish``, ``restore`` (automatic, after a
-    failed check) or ``rollback`` (``backfill rollback``); ``timestamp`` is the commit time (UTC); ``status`` is
-    the run's latest status in the ledger (``None`` when the ledger does not know the run)."""
+    failed check) or ``rollback`` (``backfill rollback``); ``timestamp`` is the commit time as ``history`` prints it
+    (``yyyy-MM-dd HH:mm:ss`` and the offset of the session's time zone), ``committed_at`` the same instant as an
+    aware UTC datetime (from the commit's epoch microseconds, so no zone is guessed); ``status`` is the run's
+    latest status in the ledger (``None`` when the ledger does not know the run)."""
 
     version: int
     timestamp: str
@@ -28,6 +31,7 @@ class BackfillVersion:
     approved_by: str | None
     status: str | None
     detail: str | None
+    committed_at: datetime | None = None
 
 
 def backfill_versions(spark: SparkSession, ledger: Ledger, table: str) -> list[BackfillVersion]:
@@ -48,7 +52,7 @@ def backfill_versions(spark: SparkSession, ledger: Ledger, table: str) -> list[B
         entries = DeltaTable.forName(spark, table).history()
     history = (entries
                .select("version", F.date_format("timestamp", "yyyy-MM-dd HH:mm:ssXXX").alias("ts"),
-                       "operation", "userMetadata")
+                       F.unix_micros("timestamp").alias("us"), "operation", "userMetadata")
                .where(F.col("userMetadata").isNotNull()).orderBy(F.col("version").desc()).collect())
     ledger.ensure()
     status = {r["run_id"]: r["status"] for r in ledger.runs().select("run_id", "status").collect()}
@@ -65,5 +69,6 @@ def backfill_versions(spark: SparkSession, ledger: Ledger, table: str) -> list[B
             int(row["version"]), row["ts"], row["operation"], meta.get("action", ""), meta["run_id"],
             meta.get("owner"), meta.get("reason"), meta.get("strategy"), meta.get("approved_by"),
             status.get(meta["run_id"]), detail,
+            datetime.fromtimestamp(row["us"] / 1_000_000, timezone.utc) if row["us"] is not None else None,
         ))
     return out

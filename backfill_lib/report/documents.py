@@ -102,7 +102,7 @@ class PlanDocument(_Document):
 
     kind: Literal["plan"] = "plan"
     plan_id: str
-    planned_at: str
+    planned_at: str = Field(description="When the plan was built (UTC, ISO 8601).")
     request: str = Field(description="The request's name.")
     request_path: str
     owner: str
@@ -138,7 +138,7 @@ def plan_document(plan: BackfillPlan) -> PlanDocument:
     total = plan.total
     return PlanDocument(
         plan_id=plan.run_id,
-        planned_at=plan.planned_at,
+        planned_at=utc_text(plan.planned_at),
         request=r.name,
         request_path=plan.request_path,
         owner=r.owner,
@@ -244,9 +244,15 @@ class RunDocument(_Document):
     report: ReportFiles
 
 
-def utc_text(value: datetime | None) -> str | None:
-    """``value`` as ISO 8601 in UTC; a naive value (pyspark returns timestamps so) is this process's local time."""
-    return None if value is None else value.astimezone(timezone.utc).isoformat()
+def utc_text(value: datetime | str | None) -> str | None:
+    """``value`` in the one time format of every document: ISO 8601 in UTC to the second
+    (``2026-12-04T19:01:44+00:00``). A naive datetime (pyspark returns timestamps so) is this process's local
+    time; a string is read as ISO 8601 (a plan's ``planned_at``). ``None`` stays ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.astimezone(timezone.utc).isoformat(timespec="seconds")
 
 
 def partition_rows(plan_json: dict, rows: dict[str, int | None], diffs: dict[str, dict],
@@ -333,8 +339,8 @@ class PartitionStatus(_Model):
     status: str
     rows: int | None
     attempt: int | None
-    started_at: str | None
-    ended_at: str | None
+    started_at: str | None = Field(description="When the partition's latest attempt started (UTC, ISO 8601).")
+    ended_at: str | None = Field(description="When it ended (UTC, ISO 8601); null while it runs.")
     message: str | None
 
 
@@ -364,8 +370,7 @@ class StatusDocument(_Document):
 
 class HistoryVersion(_Model):
     version: int
-    committed: str = Field(description="Commit time as history prints it: yyyy-MM-dd HH:mm:ss and the UTC "
-                                       "offset (Z for UTC).")
+    committed: str = Field(description="Commit time (UTC, ISO 8601).")
     operation: str
     action: str = Field(description="publish, restore (automatic) or rollback.")
     run_id: str

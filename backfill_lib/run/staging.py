@@ -241,7 +241,8 @@ def aligned(df: DataFrame, casts: tuple[ColumnCast, ...]) -> DataFrame:
     (:func:`backfill_lib.plan.generated.check_generated_columns`)."""
     plain = [c for c in casts if c.expression is None]
     cols = [F.col(quote_ident(c.name)) for c in plain]  # quoted: a name may hold a dot (not a struct field)
-    df = df.select([col.cast(c.type).alias(c.name) if c.cast else col for col, c in zip(cols, plain)])
+    # aliased: a source column spelt in another case (a case-insensitive session) takes the target's spelling
+    df = df.select([(col.cast(c.type) if c.cast else col).alias(c.name) for col, c in zip(cols, plain)])
     if len(plain) == len(casts):
         return df
     return df.select([F.col(quote_ident(c.name)) if c.expression is None

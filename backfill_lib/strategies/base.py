@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from backfill_lib.adapters.checksums import row_checksum
 from backfill_lib.adapters.pool import in_pool
+from backfill_lib.adapters.session import case_sensitive
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import key_order
@@ -37,7 +38,8 @@ class StrategyImpl(StrategyKind):
         of the target the source omits is computed by its expression)."""
         check_reserved_column(plan.target_table, plan.target_columns, where, columns)
         generated = {g.name: g.expression for g in plan.target_generated}
-        return align(columns, plan.target_columns, where, plan.request.keys, generated)
+        return align(columns, plan.target_columns, where, plan.request.keys, generated,
+                     case_sensitive=case_sensitive())
 
     def diff_scope(self, plan: BackfillPlan, current: DataFrame, staged: DataFrame) -> DataFrame:
         """The target rows the diff compares ``staged`` with, from ``current`` (the target's rows in the range at

@@ -30,7 +30,7 @@ from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys, keys_of
 from backfill_lib.core.partitions import quote_ident
-from backfill_lib.intake.rule_checks import check_columns
+from backfill_lib.intake.rule_checks import check_columns, name_fold
 from backfill_lib.intake.rules import MetricSpec, checksum_name
 
 # Python's default decimal context keeps 28 significant digits; decimal(38,x) sums and checksums have more, and
@@ -44,15 +44,16 @@ def _col(name: str) -> Column:
 
 
 def _aggregates(df: DataFrame, spec: MetricSpec) -> list[Column]:
-    types = {f.name: f.dataType for f in df.schema.fields}
+    fold = name_fold()  # a metric's column may be spelt in another case, as Spark resolves it
+    types = {fold(f.name): f.dataType for f in df.schema.fields}
     aggs = [F.count(F.lit(1)).alias("row_count")] if spec.row_count else []
     aggs += [F.count_if(_col(c).isNull()).alias(f"null_count({c})") for c in spec.null_count]
     for c in spec.nan_count:
         # isnan on a non-float column would cast it to double; NaN cannot occur there, so count 0.
-        is_float = isinstance(types[c], (FloatType, DoubleType))
+        is_float = isinstance(types[fold(c)], (FloatType, DoubleType))
         aggs.append((F.count_if(F.isnan(_col(c))) if is_float else F.lit(0)).alias(f"nan_count({c})"))
     for c in spec.sum:
-        exact = _col(c) if isinstance(types[c], DecimalType) else _col(c).cast("decimal(38,0)")
+        exact = _col(c) if isinstance(types[fold(c)], DecimalType) else _col(c).cast("decimal(38,0)")
         aggs.append(F.sum(exact).alias(f"sum({c})"))
     for c in spec.min_max:
         aggs += [F.min(_col(c)).alias(f"min({c})"), F.max(_col(c)).alias(f"max({c})")]
@@ -76,8 +77,9 @@ def profile_frame(df: DataFrame, partition_column: str | PartitionKeys, spec: Me
         See :func:`check_columns`; also when ``partition_column`` is missing.
     """
     keys = keys_of(partition_column)
+    fold = name_fold()
     for column in keys.columns:
-        if column not in df.columns:
+        if fold(column) not in {fold(c) for c in df.columns}:
             raise IntakeError(f"{where}: partition column '{column}' does not exist")
     check_columns(df.schema, spec, where)
     # count(1) keeps the aggregation non-empty when the spec asks for nothing but grouping.
@@ -91,8 +93,9 @@ def profile_aggregates(df: DataFrame, partition_column: str | PartitionKeys, spe
     shared with other audits (:class:`~backfill_lib.validate.shared_pass.SharedPass`); read the rows back with
     :func:`profile_of`. Raises as :func:`profile_frame`."""
     keys = keys_of(partition_column)
+    fold = name_fold()
     for column in keys.columns:
-        if column not in df.columns:
+        if fold(column) not in {fold(c) for c in df.columns}:
             raise IntakeError(f"{where}: partition column '{column}' does not exist")
     check_columns(df.schema, spec, where)
     aggs = _aggregates(df, spec)

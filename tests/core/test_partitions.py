@@ -44,9 +44,13 @@ def test_end_before_start_is_an_error_naming_both_dates():
         half_open(date(2013, 3, 31), date(2013, 1, 1), Grain.DAY, NY)
 
 
-def test_month_bounds_must_be_first_days():
-    with pytest.raises(PartitionError, match="range end 2013-03-31 is not the first day of a month"):
-        half_open(date(2013, 1, 1), date(2013, 3, 31), Grain.MONTH, NY)
+def test_a_month_range_starts_on_a_first_day_and_ends_on_any_day_of_its_last_month():
+    with pytest.raises(PartitionError, match="range start 2013-01-02 is not the first day of a month"):
+        half_open(date(2013, 1, 2), date(2013, 3, 31), Grain.MONTH, NY)
+    for last in (date(2013, 3, 1), date(2013, 3, 15), date(2013, 3, 31)):
+        assert half_open(date(2013, 1, 1), last, Grain.MONTH, NY) == (date(2013, 1, 1), date(2013, 4, 1))
+    assert half_open(date(2024, 2, 1), date(2024, 2, 29), Grain.MONTH, NY) == (date(2024, 2, 1), date(2024, 3, 1))
+    assert half_open(date(2024, 12, 1), date(2024, 12, 31), Grain.MONTH, NY) == (date(2024, 12, 1), date(2025, 1, 1))
 
 
 def test_hours_repeat_no_hour_at_the_fall_back_change():

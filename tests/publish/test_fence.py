@@ -65,3 +65,40 @@ def test_review_then_publish_later_and_the_fence(spark, settings, db, tmp_path, 
     with pytest.raises(FenceError, match=r"changed in range since the plan read version 2 \(now version 3\): partitions 2024-03-09"):
         make_runner().publish_validated(plan.run_id)
     assert current_version(spark, f"{db}.t") == before
+
+
+def test_a_compaction_between_validation_and_publish_passes_the_fence_and_a_row_change_still_trips_it(
+        spark, settings, db, tmp_path, make_runner):
+    from chispa import assert_df_equality
+
+    from backfill_lib.core.errors import FenceError
+
+    D10 = date(2024, 3, 10)
+    table(spark, f"{db}.t", ID_DT_AMT, [(1, D9, 1), (3, D10, 3)])
+    spark.createDataFrame([(2, D9, 2)], ID_DT_AMT).write.format("delta").mode("append").saveAsTable(f"{db}.t")
+    sql = f"SELECT id, dt, amt * 10 AS amt FROM {db}.t WHERE dt >= :range_start AND dt < :range_end"
+    path = request(tmp_path, f"{db}.t", sql)
+    plan, state = prepare(spark, settings, path)
+    assert (plan.target_version, plan.partitions[0].current.files) == (1, 2)
+    assert make_runner().run(plan, state, until="validate").status == "validated"
+
+    # OPTIMIZE rewrites 2024-03-09's two files into one (dataChange = false): the same rows, so the run publishes
+    spark.sql(f"OPTIMIZE {db}.t WHERE dt = '2024-03-09'")
+    files = spark.sql(f"DESCRIBE HISTORY {db}.t").where("version = 2").first()["operationMetrics"]
+    assert (files["numRemovedFiles"], files["numAddedFiles"]) == ("2", "1")
+    result = make_runner().publish_validated(plan.run_id)
+    assert (result.status, result.published_version) == ("published", 3)
+    expected = spark.createDataFrame([(1, D9, 10), (2, D9, 20), (3, D10, 3)], ID_DT_AMT)
+    assert_df_equality(spark.table(f"{db}.t"), expected, ignore_row_order=True)
+
+    # a row change in range beside a compaction still trips it, and the refusal tells the two apart
+    plan, state = prepare(spark, settings, path)
+    assert make_runner().run(plan, state, until="validate").status == "validated"
+    spark.createDataFrame([(4, D9, 4)], ID_DT_AMT).write.format("delta").mode("append").saveAsTable(f"{db}.t")
+    spark.sql(f"OPTIMIZE {db}.t WHERE dt = '2024-03-09'")
+    with pytest.raises(FenceError) as err:
+        make_runner().publish_validated(plan.run_id)
+    assert str(err.value) == (
+        f"table {db}.t changed in range since the plan read version 3 (now version 5): partitions 2024-03-09; "
+        "committed since: 1 commit by other writers; 1 commit that changed no rows; nothing published")
+    assert current_version(spark, f"{db}.t") == 5

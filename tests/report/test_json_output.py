@@ -162,3 +162,40 @@ def test_plan_run_status_history_report_through_the_cli(spark, settings, db, tmp
     out, err = capsys.readouterr()
     error = valid(one_document(out), "error")
     assert (error["error_class"], error["exit_code"]) == ("IntakeError", 2) and f"{db}.nope" in error["message"]
+
+
+def test_every_time_in_a_document_is_iso_8601_utc_to_the_second():
+    from datetime import datetime, timedelta, timezone
+    from zoneinfo import ZoneInfo
+
+    from backfill_lib.report.documents import utc_text
+
+    new_york = datetime(2026, 12, 4, 14, 1, 44, 123456, tzinfo=ZoneInfo("America/New_York"))
+    assert utc_text(new_york) == "2026-12-04T19:01:44+00:00"
+    assert utc_text("2026-12-04T14:01:44-05:00") == "2026-12-04T19:01:44+00:00"
+    assert utc_text(datetime(2026, 12, 4, 19, 1, 44, tzinfo=timezone(timedelta(0)))) == "2026-12-04T19:01:44+00:00"
+    assert utc_text(None) is None
+
+
+def test_history_json_gives_commit_times_in_utc_whatever_the_session_zone(spark, db, capsys):
+    from datetime import datetime, timezone
+
+    from pyspark.sql import functions as F
+
+    from backfill_lib.cli import main
+
+    assert spark.conf.get("spark.sql.session.timeZone") == "America/New_York"  # the settings' zone, not UTC
+    spark.createDataFrame([(1,)], "id INT").write.format("delta").saveAsTable(f"{db}.t")
+    spark.conf.set("spark.databricks.delta.commitInfo.userMetadata",
+                   json.dumps({"run_id": "bf_utc", "action": "publish", "owner": "ana"}))
+    try:
+        spark.createDataFrame([(2,)], "id INT").write.format("delta").mode("append").saveAsTable(f"{db}.t")
+    finally:
+        spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
+    micros = spark.sql(f"DESCRIBE HISTORY {db}.t").where("version = 1").select(F.unix_micros("timestamp")).first()[0]
+    expected = datetime.fromtimestamp(micros / 1_000_000, timezone.utc).isoformat(timespec="seconds")
+
+    assert main(["history", f"{db}.t", "--json"]) == 0
+    history = valid(one_document(capsys.readouterr().out), "history")
+    assert [(v["version"], v["run_id"], v["committed"]) for v in history["versions"]] == [(1, "bf_utc", expected)]
+    assert expected.endswith("+00:00")
