@@ -37,7 +37,7 @@ from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.plan.model import BackfillPlan, plan_from_summary
 from backfill_lib.plan.prepare import mart_plan, prepare, utc_now
 from backfill_lib.plan.source_pins import pin_sources
-from backfill_lib.plan.staging_mode import PINNED, staging_mode
+from backfill_lib.core.staging_mode import PINNED, staging_mode
 from backfill_lib.publish.commit import committed_version
 from backfill_lib.publish.marts import Release
 from backfill_lib.publish.release import check_protected
@@ -170,7 +170,7 @@ class Runner:
             return self._execute(plan, record, until, confirmed)
 
     def _with_staging_mode(self, plan: BackfillPlan, until: str | None) -> BackfillPlan:
-        """``plan`` with the staging mode this run uses (:func:`~backfill_lib.plan.staging_mode.staging_mode`),
+        """``plan`` with the staging mode this run uses (:func:`~backfill_lib.core.staging_mode.staging_mode`),
         recorded with its plan; a fall-back from the asked ``pinned`` is said in one line."""
         choice = staging_mode(plan.request.staging or self.settings.staging, until=until,
                               can_pin=strategy_for(plan.strategy).can_pin,

@@ -109,7 +109,7 @@ class Settings(BaseModel):
     staging:
         Where a run's validated rows wait for the publish commit when its request does not say:
         ``durable`` (a staging Delta table per run) or ``pinned`` (held by the run's Spark session and written
-        once, by the publish commit; see :func:`backfill_lib.plan.staging_mode.staging_mode`).
+        once, by the publish commit; see :func:`backfill_lib.core.staging_mode.staging_mode`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

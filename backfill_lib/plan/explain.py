@@ -9,7 +9,7 @@ from rich.text import Text
 from backfill_lib.core.table_names import same_location, table_path
 from backfill_lib.plan.generated import generated_line
 from backfill_lib.plan.model import BackfillPlan
-from backfill_lib.plan.staging_mode import PINNED
+from backfill_lib.core.staging_mode import PINNED
 from backfill_lib.strategies.kinds import kind_for
 
 #: Longer partition lists show this many rows from each end.
@@ -181,7 +181,7 @@ def past_line(plan: BackfillPlan) -> str | None:
 
 
 def staging_line(plan: BackfillPlan) -> str:
-    """Where the run's staged rows wait for the publish commit (:mod:`backfill_lib.plan.staging_mode`)."""
+    """Where the run's staged rows wait for the publish commit (:mod:`backfill_lib.core.staging_mode`)."""
     if plan.staging_mode == PINNED:
         return ("pinned in the run's Spark session: validated, then written once, by the publish commit (no staging "
                 "table; a stopped run resumes by recomputing; `--until validate`, rebuild, depends_on_past and Spark "

@@ -111,7 +111,7 @@ class BackfillPlan:
     #: request's ``time_zone``, whatever the settings' zone (set by :func:`build_plan`, recorded in the ledger)
     session_time_zone: str = "UTC"
     #: where staged rows wait for the publish commit: ``durable`` (the staging table) or ``pinned`` (held by the
-    #: run's Spark session); set by the runner when the run starts (:func:`backfill_lib.plan.staging_mode.staging_mode`)
+    #: run's Spark session); set by the runner when the run starts (:func:`backfill_lib.core.staging_mode.staging_mode`)
     staging_mode: str = "durable"
 
     @property

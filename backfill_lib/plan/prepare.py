@@ -85,7 +85,7 @@ def prepare(
         run_id=run_id,
         where=where,
     )
-    # the mode asked; the run falls back to durable where it must (backfill_lib.plan.staging_mode)
+    # the mode asked; the run falls back to durable where it must (backfill_lib.core.staging_mode)
     return replace(plan, source_versions=pins, staging_mode=request.staging or settings.staging), state
 
 

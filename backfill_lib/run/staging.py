@@ -36,7 +36,7 @@ from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column, column_mapping_mode
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan, Batch
-from backfill_lib.plan.staging_mode import PINNED
+from backfill_lib.core.staging_mode import PINNED
 
 #: The staging table's partition column: the plan's batch index (INT). Not a column of the target.
 BATCH_COLUMN = "_backfill_batch"
@@ -84,7 +84,7 @@ class StagingTable:
 
 
 class PinnedRows:
-    """A pinned run's staged rows (:mod:`backfill_lib.plan.staging_mode`): each batch's rows checkpointed in the
+    """A pinned run's staged rows (:mod:`backfill_lib.core.staging_mode`): each batch's rows checkpointed in the
     session (``localCheckpoint``, eager: computed once, kept by the block manager in memory and spilled to local
     disk), read back by :func:`staged_rows` under the run's staging table name. Nothing is written to any table;
     nothing outlives the process. Safe for concurrent batches; a batch written again replaces its rows."""

@@ -63,7 +63,7 @@ class StrategyKind:
     #: The publishing commit, as the Change Data Feed line names it.
     publishing = "the publishing commit"
     #: Whether the run's staged rows may be pinned in the session rather than written to a staging table
-    #: (:mod:`backfill_lib.plan.staging_mode`): publishing reads the range's staged rows.
+    #: (:mod:`backfill_lib.core.staging_mode`): publishing reads the range's staged rows.
     can_pin = True
 
     @property

@@ -2,7 +2,7 @@
 
 import pytest
 
-from backfill_lib.plan.staging_mode import StagingChoice, staging_mode
+from backfill_lib.core.staging_mode import StagingChoice, staging_mode
 
 OK = dict(until=None, can_pin=True, reads_staged_batches=False, session_pins=True)
 
