@@ -73,7 +73,7 @@ class StrategyImpl(StrategyKind):
 
 
 def partition_fingerprints(df: DataFrame, keys: PartitionKeys) -> dict[str, tuple[int, object]]:
-    """Per partition: row count and the sum of ``xxhash64`` over all columns as ``decimal(38,0)``.
+    """Per partition: row count and the sum of the row hash (:func:`~backfill_lib.adapters.checksums.row_hash`) over all columns as ``decimal(38,0)``.
 
     The sum is order-independent, so two sides with the same rows in any order and file layout match.
     """
