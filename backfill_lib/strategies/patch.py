@@ -8,6 +8,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from backfill_lib.adapters.checksums import comparable
 from backfill_lib.adapters.connect_log import is_connect
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import quote_ident
@@ -42,7 +43,7 @@ class Patch(PatchKind, StrategyImpl):
         values = [c for c in columns if c not in plan.request.keys]
         # as the diff and changes_only compare (a float's 0.0 and -0.0 differ), so what the diff counts updated is
         # what the MERGE updates
-        changed = " OR ".join(differs(c, staged.schema[c].dataType.simpleString(), False) for c in values) or "false"
+        changed = " OR ".join(differs(c, staged.schema[c].dataType, False) for c in values) or "false"
         if is_connect(spark):  # no DeltaTable without a JVM: the same MERGE as SQL
             sets = ", ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in values)
             names = ", ".join(quote_ident(c) for c in columns)
@@ -73,7 +74,8 @@ class Patch(PatchKind, StrategyImpl):
         staged = staged_rows(spark, plan.staging_table).where(predicate)
         published = spark.read.option("versionAsOf", version).table(plan.target_table).where(predicate)
         published = published.select(*[F.col(quote_ident(c)) for c in staged.columns])
-        missing = staged.exceptAll(published).count()
+        # canonical forms: a MAP or VARIANT column cannot go through exceptAll as it is
+        missing = comparable(staged).exceptAll(comparable(published)).count()
         checks = [Check("post_publish", "staged_rows_present", missing == 0, None, None, f"{missing} rows missing", "0",
                         None if missing == 0 else f"{missing} staged rows are not in version {version} as staged")]
         if plan.request.delete_missing:
