@@ -167,11 +167,10 @@ def diff_by_key(
         counted = per_key.groupBy(part()).agg(
             F.sum("inserted").alias("inserted"), F.sum("deleted").alias("deleted"),
             F.sum("updated").alias("updated"), F.sum("unchanged").alias("unchanged"),
-            *[F.min_by(F.struct("h", "c"), F.when(F.col("c").isNotNull() & (F.pmod("h", F.lit(SAMPLE_BUCKETS)) == b),
-                                                  F.col("h"))).alias(f"x{b}")
+            # plain min of a bigint per bucket: a hash aggregation, where min_by of a struct would sort
+            *[F.min(F.when(F.col("c").isNotNull() & (F.pmod("h", F.lit(SAMPLE_BUCKETS)) == b), F.col("h"))).alias(f"x{b}")
               for b in range(SAMPLE_BUCKETS)]).collect()
-        chosen = {(r["partition"], r[f"x{b}"]["h"]): r[f"x{b}"]["c"]
-                  for r in counted for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
+        chosen = {(r["partition"], r[f"x{b}"]) for r in counted for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
         updated = sum(r["updated"] for r in counted)
         if chosen:  # every updated key's partition has a sample: no sample, no update
             rows = _restricted(both, per_key, ks, vs, chosen, updated)
@@ -251,26 +250,26 @@ def _per_key(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
     )
 
 
-def _restricted(both: DataFrame, per_key: DataFrame, ks: list[str], vs: list[str], chosen: dict[tuple, str],
+def _restricted(both: DataFrame, per_key: DataFrame, ks: list[str], vs: list[str], chosen: set[tuple],
                 updated: int) -> DataFrame:
     """The rows of both sides whose key is updated or a sample's (cached; the caller unpersists), each as its
-    key ``k0..``, ``s``, ``upd`` (an updated key), ``h`` (the key hash), per value column ``v{j}`` its value if
-    numeric, else its 64-bit hash, and ``j``: the whole row's ``to_json`` text (NULL fields written) for a
-    sample's key, else NULL.
+    key ``k0..``, ``s``, ``upd`` (an updated key), ``h`` (the key hash), ``c`` (the key's change), per value
+    column ``v{j}`` its value if numeric, else its 64-bit hash, and ``j``: the whole row's ``to_json`` text (NULL
+    fields written) for a sample's key, else NULL.
 
     Those keys are broadcast to the scans of both sides when they are few (up to :data:`BROADCAST_KEYS`), so only
     their rows leave the scan; more are joined by a shuffle."""
     sampled = F.col("h").isin(sorted({x for _, x in chosen}))
     interest = (per_key.where((F.col("updated") > 0) | sampled)
                 .select(*[F.col(k).alias(f"i{k}") for k in ks], (F.col("updated") > 0).alias("upd"),
-                        sampled.alias("smp")))
+                        sampled.alias("smp"), "c"))
     if updated + len(chosen) <= BROADCAST_KEYS:
         interest = F.broadcast(interest)
     rows = both.join(interest, [F.col(k).eqNullSafe(F.col(f"i{k}")) for k in ks])
     values = [(F.col(v) if _is_numeric(both.schema[v].dataType) else F.xxhash64(*hash_args(both, [v]))).alias(v)
               for v in vs]
     text = F.when(F.col("smp"), F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}))
-    return (rows.select(*ks, "s", "upd", F.xxhash64(*ks).alias("h"), *values, text.alias("j"))
+    return (rows.select(*ks, "s", "upd", F.xxhash64(*ks).alias("h"), "c", *values, text.alias("j"))
             .persist(StorageLevel.MEMORY_AND_DISK))
 
 
@@ -300,17 +299,19 @@ def _column_changes(rows: DataFrame, ks: list[str], value_columns: Sequence[str]
     return {r["partition"]: r.asDict() for r in joined.groupBy(part("s")).agg(*aggs).collect()}
 
 
-def _samples(rows: DataFrame, ks: list[str], part: Column, chosen: dict[tuple, str], keys: list[str],
+def _samples(rows: DataFrame, ks: list[str], part: Column, chosen: set[tuple], keys: list[str],
              value_columns: Sequence[str]) -> dict[object, list[dict]]:
-    """The :attr:`PartitionDiff.samples` of the ``chosen`` keys (``(raw partition, key hash) -> change``), by raw
+    """The :attr:`PartitionDiff.samples` of the ``chosen`` keys (``(raw partition, key hash)``), by raw
     partition, from the sample rows' text in :func:`_restricted`."""
     sides: dict[tuple, dict[bool, list[dict]]] = {}
-    for r in sorted(rows.where(F.col("j").isNotNull()).select(part, "h", "s", "j").collect(), key=lambda r: r["j"]):
+    changes: dict[tuple, str] = {}
+    for r in sorted(rows.where(F.col("j").isNotNull()).select(part, "h", "c", "s", "j").collect(), key=lambda r: r["j"]):
         if (r["partition"], r["h"]) in chosen:
             sides.setdefault((r["partition"], r["h"]), {}).setdefault(r["s"], []).append(_decoded(r["j"]))
+            changes[(r["partition"], r["h"])] = r["c"]
     out: dict[object, list[dict]] = {}
-    for (p, x), change in chosen.items():
-        got = sides.get((p, x), {})
+    for (p, x), change in changes.items():
+        got = sides[(p, x)]
         after = (got.get(True) or [None])[0]
         # a key repeated on a side: its first row in text order that differs from the other side's
         before = next((t for t in got.get(False, []) if t != after), (got.get(False) or [None])[0])
