@@ -5,7 +5,7 @@ strategy (:mod:`backfill_lib.validate.key_audit`), before publishing."""
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.adapters.checksums import comparable
@@ -31,6 +31,20 @@ class Patch(PatchKind, StrategyImpl):
             return current
         keys = [quote_ident(k) for k in plan.request.keys]  # quoted: a name may hold a dot
         return current.join(staged.select(*keys), [current[k].eqNullSafe(staged[k]) for k in keys], "left_semi")
+
+    def as_published(self, plan: BackfillPlan, before: DataFrame, staged: DataFrame) -> DataFrame:
+        """Without ``delete_missing``: the target's rows, each matched by a staged key (null-safe) taking the
+        staged columns' values, and the staged rows of new keys, as the MERGE writes them (a column the staged
+        rows lack keeps the target's value, NULL on an inserted row). With it: the staged rows."""
+        if plan.request.delete_missing:
+            return staged
+        names = list(staged.columns)
+        s = staged.select(*[F.col(quote_ident(c)).alias(f"_s{i}") for i, c in enumerate(names)], F.lit(True).alias("_in"))
+        on = [before[quote_ident(k)].eqNullSafe(F.col(f"_s{names.index(k)}")) for k in plan.request.keys]
+        joined = before.join(s, on, "full_outer")
+        return joined.select(*[
+            (F.when(F.col("_in"), F.col(f"_s{names.index(c)}")).otherwise(before[quote_ident(c)]) if c in names
+             else before[quote_ident(c)]).alias(c) for c in before.columns])
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """One MERGE: update matched rows whose values differ, insert new keys, optionally delete missing ones."""
