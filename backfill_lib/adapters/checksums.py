@@ -16,7 +16,8 @@ from collections.abc import Iterable
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, MapType, StructType, VariantType
+from pyspark.sql.types import (ArrayType, DataType, DoubleType, FloatType, MapType, NullType, StructType,
+                               VariantType)
 
 from backfill_lib.core.partitions import quote_ident
 
@@ -86,7 +87,11 @@ def hash_args(df: DataFrame, columns: Iterable[str]) -> list[Column]:
     """The arguments of :func:`row_hash`: per column of ``df`` (in the order given, each quoted: a name may hold
     a dot), ``column IS NULL`` and its :func:`canonical` form."""
     types = {f.name: f.dataType for f in df.schema.fields}
-    return [c for name in columns for c in (F.col(quote_ident(name)).isNull(), canonical(name, types[name]))]
+    folded = {f.name.lower(): f.dataType for f in df.schema.fields}  # Spark resolves names case-insensitively
+    # a name of no column is left to Spark, which refuses it naming the column
+    return [c for name in columns for c in (
+        F.col(quote_ident(name)).isNull(),
+        canonical(name, types.get(name, folded.get(name.lower(), NullType()))))]
 
 
 def row_hash(df: DataFrame, columns: Iterable[str]) -> Column:

@@ -21,6 +21,7 @@ def test_a_null_is_told_from_its_neighbour_from_an_empty_string_and_from_zero(sp
     empty = hashes(spark, text_and_int, [(None, None), ("", None), (None, 0), ("", 0)])
 
     assert swapped[0] != swapped[1]  # xxhash64 alone skips NULLs: both would hash as 'x'
+    assert hashes(spark, two, [(None, "x"), ("x", None)], ["A", "B"]) == swapped  # names resolve as Spark's do
     assert len(set(empty)) == 4
 
 
