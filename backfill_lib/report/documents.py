@@ -26,7 +26,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from backfill_lib.core.checks import Check
-from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.plan.model import BackfillPlan, plan_from_summary
 from backfill_lib.report.render import PartitionRow
 from backfill_lib.strategies.kinds import kind_for
 
@@ -179,7 +179,8 @@ class Versions(_Model):
 
 
 class RunPartition(_Model):
-    """One partition: target rows before (Delta log, as planned), staged rows after, the diff, the gate."""
+    """One partition: its rows before (Delta log, as planned) and after (as publishing leaves it), both over every
+    row of the partition; the diff; the gate."""
 
     partition: str
     rows_before: int | None
@@ -257,14 +258,19 @@ def utc_text(value: datetime | str | None) -> str | None:
 
 def partition_rows(plan_json: dict, rows: dict[str, int | None], diffs: dict[str, dict],
                    checks: tuple[Check, ...]) -> tuple[PartitionRow, ...]:
-    """The report's partition lines, in key order: rows before (the plan's Delta-log rows), rows after (staged),
-    the diff counts and the gate (``failed`` when a failed check names the partition)."""
+    """The report's partition lines, in key order: rows before and rows after over the same scope, every row of
+    the partition (before: the plan's Delta-log rows; after: as publishing leaves it, asked of the strategy,
+    :meth:`~backfill_lib.strategies.kinds.StrategyKind.rows_after`, from ``rows``, the staged rows, and the
+    diff), the diff counts and the gate (``failed`` when a failed check names the partition)."""
     failed = {c.partition for c in checks if not c.success}
     before_rows = plan_json.get("current_rows", {})
+    planned = plan_from_summary(plan_json)
+    kind = kind_for(planned.strategy, planned.request.publish_mode)
     out = []
     for key in sorted(set(rows) | set(diffs) | set(before_rows)):
         d = diffs.get(key, {})
-        out.append(PartitionRow(key, before_rows.get(key), rows.get(key), d.get("inserted"), d.get("deleted"),
+        after = kind.rows_after(planned, before_rows.get(key), rows.get(key), diffs.get(key))
+        out.append(PartitionRow(key, before_rows.get(key), after, d.get("inserted"), d.get("deleted"),
                                 d.get("updated"), d.get("unchanged"), "failed" if key in failed else "passed"))
     return tuple(out)
 

@@ -160,6 +160,24 @@ def _e(value: object) -> str:
     return escape(_text(value), quote=True)
 
 
+def readable(value: object) -> str:
+    """A number as a person reads it in a table: integers with thousands separators (``8,293``); other numbers
+    rounded to 2 decimals without trailing zeros (``16.67``, ``46,981.12``, ``75.5``), or to 3 significant
+    digits when smaller than 0.01 (``0.000123``); NaN and infinities as Python writes them. Anything else as
+    :func:`_text`. The exact values stay in the run's JSON and the ledger."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        return _text(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not (value.is_finite() if isinstance(value, Decimal) else math.isfinite(value)):
+        return str(value)
+    if value == value.to_integral_value() if isinstance(value, Decimal) else value.is_integer():
+        return f"{int(value):,}"
+    if abs(value) < Decimal("0.01"):
+        return format(value, ".3g")
+    return f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
 def _change(row: PartitionRow) -> int | None:
     if row.rows_before is None or row.rows_after is None:
         return None
@@ -236,7 +254,8 @@ def chart_svg(name: str, points: tuple[MetricPoint, ...]) -> str:
 def _html_table(headers: list[str], rows: list[list[object]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f'<td class="n">{_e(v)}</td>' if isinstance(v, (int, float, Decimal)) else f"<td>{_e(v)}</td>"
+        "<tr>" + "".join(f'<td class="n">{escape(readable(v))}</td>' if isinstance(v, (int, float, Decimal))
+                         else f"<td>{_e(v)}</td>"
                          for v in row) + "</tr>\n"
         for row in rows
     )
@@ -329,7 +348,7 @@ def _columns_html(data: ReportData) -> str:
     if changed:
         rows = "".join(
             f'<tr data-column="{_e(c.column)}"><td>{_e(c.column)}</td><td class="n">{c.rows_changed:,}</td>'
-            + (f'<td class="n">{_e(c.abs_change)}</td>' if c.abs_change is not None else
+            + (f'<td class="n" title="{_e(c.abs_change)}">{escape(readable(c.abs_change))}</td>' if c.abs_change is not None else
                '<td class="n muted" title="not numeric: distinct new values are not counted">n/a</td>') + "</tr>"
             for c in changed)
         out.append('<table class="columns"><thead><tr><th>column</th><th class="n">rows changed</th>'
@@ -580,7 +599,7 @@ def _markdown_changes(data: ReportData) -> list[str]:
     changed = sorted((c for c in data.columns if c.rows_changed), key=lambda c: (-c.rows_changed, c.column))
     if changed:
         lines += ["| column | rows changed | sum of abs(after - before) |", "|---|---:|---:|",
-                  *[f"| {_md(c.column)} | {c.rows_changed:,} | {'n/a' if c.abs_change is None else _md(c.abs_change)} |"
+                  *[f"| {_md(c.column)} | {c.rows_changed:,} | {'n/a' if c.abs_change is None else _md(readable(c.abs_change))} |"
                     for c in changed], ""]
     return lines
 
@@ -601,7 +620,7 @@ def render_markdown(data: ReportData) -> str:
         "## What changed", "", *_markdown_changes(data),
         "## Plan", "", *[f"    {_md(line)}" for line in data.plan_lines], "",
         "## Partitions", "", "| " + " | ".join(_md(h) for h in headers) + " |",
-        "|" + "---|" * len(headers), *["| " + " | ".join(_md(v) for v in row) + " |" for row in rows], "",
+        "|" + "---|" * len(headers), *["| " + " | ".join(_md(readable(v)) for v in row) + " |" for row in rows], "",
         "## Validation", "", f"{len(data.checks) - len(failed)} of {len(data.checks)} checks passed.", "",
         *[f"- {_md(c.describe())}" for c in failed],
         *(["", "## Marts", ""] if data.marts else []),

@@ -42,6 +42,7 @@ from backfill_lib.run.cleanup import staging_exists
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.run.staging import pinned
 from backfill_lib.run.staging import staged_rows as read_staged_rows
+from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.kinds import kind_for
 from backfill_lib.validate.reconcile import metric_per_partition
 
@@ -58,20 +59,26 @@ def _is_row_count(metric: str) -> bool:
 
 def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
                   staged_rows: dict[str, int | None] | None = None,
-                  staging_there: bool | None = None) -> tuple[MetricPoint, ...]:
-    """``metric`` per partition on the target as the plan saw it and on the run's staging table
-    (``staging_there``: whether that table exists, if the caller knows; ``None``: asked here when needed).
+                  staging_there: bool | None = None, diffs: dict[str, dict] | None = None) -> tuple[MetricPoint, ...]:
+    """``metric`` per partition over the same rows before and after: every row of the partition, on the target
+    as the plan saw it and as publishing the run's staging table leaves it (the strategy's
+    :meth:`~backfill_lib.strategies.base.StrategyImpl.as_published`; ``staging_there``: whether that table
+    exists, if the caller knows; ``None``: asked here when needed).
 
     A row count (``count(*)``) is not recomputed when both sides are known: before from the plan's Delta-log
     rows, after from ``staged_rows`` (the ledger's staged rows per partition, counted in the staging
-    table when each batch was written). Otherwise both tables are scanned.
+    table when each batch was written) and ``diffs`` (the ledger's diff rows by partition), as
+    :meth:`~backfill_lib.strategies.kinds.StrategyKind.rows_after` counts them. Otherwise both tables are scanned.
     """
     planned = plan_from_summary(plan)
     before_rows = plan.get("current_rows") or {}
     keys = [p.key for p in planned.partitions]
-    if (_is_row_count(metric) and keys and staged_rows is not None
-            and all(before_rows.get(k) is not None and staged_rows.get(k) is not None for k in keys)):
-        return tuple(MetricPoint(k, before_rows[k], staged_rows[k]) for k in sorted(keys, key=key_order))
+    kind = kind_for(planned.strategy, planned.request.publish_mode)
+    if _is_row_count(metric) and keys and staged_rows is not None:
+        after_rows = {k: kind.rows_after(planned, before_rows.get(k), staged_rows.get(k), (diffs or {}).get(k))
+                      for k in keys}
+        if all(before_rows.get(k) is not None and after_rows[k] is not None for k in keys):
+            return tuple(MetricPoint(k, before_rows[k], after_rows[k]) for k in sorted(keys, key=key_order))
     # in the run's zone, as the run computed everything else (``report_metric`` may use one, e.g. hour(ts))
     with session_time_zone(spark, planned.session_time_zone, f"run {run['run_id']}"):
         before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])
@@ -83,6 +90,9 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
             before_df = before_df.where(pred)
             after_df = after_df.where(pred) if after_df is not None else None
         before = metric_per_partition(before_df, planned.partition_keys, metric)
+        if after_df is not None:  # over the same rows as before: the range as publishing leaves it
+            after_df = strategy_for(planned.strategy, planned.request.publish_mode).as_published(
+                planned, before_df, after_df)
         after = metric_per_partition(after_df, planned.partition_keys, metric) if after_df is not None else {}
     return tuple(MetricPoint(k, before.get(k), after.get(k)) for k in sorted(set(keys) | set(before) | set(after)))
 
@@ -206,6 +216,8 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         f"range {plan['range_start']} .. {plan['range_end_exclusive']} (end exclusive), {plan['partitions']} partitions "
         f"in {len(plan['batches'])} batches",
         f"target data in range before: {total['files']} files, {total['bytes']} bytes, {total['rows']} rows (Delta log)",
+        "rows before and after: every row of each partition, in the target as the plan read it (Delta log) and as "
+        "publishing leaves it",
         staging_line,
         zone_line(plan),
         f"sources read at (Delta version, pinned for the whole run): {_pins(plan.get('source_versions'))}",
@@ -228,7 +240,7 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         partitions=tuple(rows),
         checks=checks,
         metric_name=metric,
-        metric=metric_points(spark, run, plan, metric, partitions, staging_there),
+        metric=metric_points(spark, run, plan, metric, partitions, staging_there, diffs),
         data_docs=docs,
         pre_publish_version=run.get("pre_publish_version"),
         columns=column_changes(diffs),

@@ -46,6 +46,12 @@ class StrategyImpl(StrategyKind):
         the planned version). Default: all of them."""
         return current
 
+    def as_published(self, plan: BackfillPlan, before: DataFrame, staged: DataFrame) -> DataFrame:
+        """The range's rows as publishing leaves them (or would), from the target's rows in range ``before`` and
+        the staged rows in range: what a report metric "after" is computed on, over the same rows as "before".
+        Default: the staged rows, which replace the range."""
+        return staged
+
     def check_batch(self, plan: BackfillPlan, batch: Batch, df: DataFrame) -> None:
         """Raise a :class:`~backfill_lib.core.errors.BackfillError` when ``df`` must not be staged. Default: accept."""
 
@@ -75,7 +81,7 @@ class StrategyImpl(StrategyKind):
 
 
 def partition_fingerprints(df: DataFrame, keys: PartitionKeys) -> dict[str, tuple[int, object]]:
-    """Per partition: row count and the sum of ``xxhash64`` over all columns as ``decimal(38,0)``.
+    """Per partition: row count and the sum of the row hash (:func:`~backfill_lib.adapters.checksums.row_hash`) over all columns as ``decimal(38,0)``.
 
     The sum is order-independent, so two sides with the same rows in any order and file layout match.
     """

@@ -12,7 +12,9 @@ naming the keys, and nothing is written.
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import DataType
 
+from backfill_lib.adapters.checksums import canonical_sql, is_plain
 from backfill_lib.adapters.connect_log import is_connect
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import DuplicateKeyError, PublishError
@@ -29,15 +31,21 @@ from backfill_lib.strategies.sql_merge import merge_with_sql
 from backfill_lib.validate.key_audit import LISTED_KEYS, duplicate_keys, key_text
 
 
-def differs(column: str, type_: str, new: bool) -> str:
+def differs(column: str, type_: str | DataType, new: bool) -> str:
     """SQL that is true when target row ``t`` and staged row ``s`` differ in ``column`` (NULL-safe).
 
     Floating-point columns compare their text, since ``<=>`` holds ``0.0`` equal to ``-0.0``, which the
     ``replaceWhere`` would still replace; a column the publish adds (``new``) differs wherever the staged value is
-    not NULL (the target's rows get NULL there)."""
+    not NULL (the target's rows get NULL there). Given as a :class:`DataType`, a nested or ``VARIANT`` column
+    compares its canonical form (:func:`~backfill_lib.adapters.checksums.canonical_sql`: a ``MAP`` by its entries,
+    floats inside by their sign of zero too), which ``<=>`` alone refuses for a ``MAP`` or ``VARIANT``."""
     q = quote_ident(column)
     if new:
         return f"s.{q} IS NOT NULL"
+    if isinstance(type_, DataType):
+        if not is_plain(type_):
+            return f"NOT ({canonical_sql(f't.{q}', type_)} <=> {canonical_sql(f's.{q}', type_)})"
+        type_ = type_.simpleString()
     if type_ in ("float", "double"):
         return f"NOT (CAST(t.{q} AS STRING) <=> CAST(s.{q} AS STRING))"
     return f"NOT (t.{q} <=> s.{q})"
@@ -70,7 +78,8 @@ class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
         self._refuse_duplicates(plan, staged, current, keys, pre)
         in_range = plan.predicate(qualifier="t")
         on = self.merge_condition(plan)
-        changed = " OR ".join(differs(c.name, c.type, c.new) for c in casts if c.name not in keys) or "false"
+        changed = " OR ".join(differs(c.name, c.type if c.new else staged.schema[c.name].dataType, c.new)
+                              for c in casts if c.name not in keys) or "false"
         if is_connect(spark):  # no DeltaTable without a JVM: the same MERGE as SQL
             clauses = [f"WHEN MATCHED AND ({changed}) THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *",
                        f"WHEN NOT MATCHED BY SOURCE AND ({in_range}) THEN DELETE"]

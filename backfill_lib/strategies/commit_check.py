@@ -4,7 +4,7 @@ Delta log says, without reading the published data back or replaying the log.
 Three facts show that the published range holds exactly the staged rows:
 
 - the rows that went into the write, observed on their way in (Spark's ``Observation``: their count and the
-  sum of ``xxhash64`` over every column, as :func:`~backfill_lib.strategies.base.partition_fingerprints`
+  sum of the row hash over every column, as :func:`~backfill_lib.strategies.base.partition_fingerprints`
   computes them), equal the staged rows' totals;
 - per planned partition, the files the commit added hold the staged number of rows (their ``numRecords``
   statistics);
@@ -38,7 +38,7 @@ from backfill_lib.plan.model import BackfillPlan, stats_by_key
 
 class Written(NamedTuple):
     """The rows a publishing commit wrote, as observed during the write: their count and their checksum (the
-    sum of ``xxhash64`` over all columns in name order, ``decimal(38,0)``; ``None`` for no rows)."""
+    sum of the row hash over all columns in name order, ``decimal(38,0)``; ``None`` for no rows)."""
 
     rows: int
     checksum: Decimal | None

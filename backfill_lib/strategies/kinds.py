@@ -83,6 +83,14 @@ class StrategyKind:
         no change): when the run adds a column. A rebuild always publishes."""
         return self.whole_table or any(c.new for c in casts)
 
+    def rows_after(self, plan: BackfillPlan, before: int | None, staged: int | None,
+                   diff: dict | None) -> int | None:
+        """A partition's rows as publishing leaves it (or would), over the same scope as its rows before (every
+        row of the partition), from its rows before (the plan's Delta-log rows), its staged rows and its diff by
+        key (a ledger row: ``inserted``, ``deleted``, ...); each is ``None`` when unknown, and so is the result
+        when it needs one that is. Default: the staged rows, which replace the partition."""
+        return staged
+
     def change_rows(self, plan: BackfillPlan, staged: dict[str, int | None] | None = None,
                     diffs: dict[str, dict] | None = None) -> ChangeRows | None:
         """The change rows publishing ``plan`` emits when the target has the Change Data Feed on, from the plan
@@ -152,6 +160,16 @@ class PatchKind(StrategyKind):
 
     def publish_statement(self, plan: BackfillPlan, shown: int | None = None) -> str:
         return f"MERGE INTO {plan.target_table} t USING staged s ON {self.merge_condition(plan, shown)}"
+
+    def rows_after(self, plan: BackfillPlan, before: int | None, staged: int | None,
+                   diff: dict | None) -> int | None:
+        """Without ``delete_missing`` the MERGE keeps every target row and adds the inserted keys: the rows
+        before plus the diff's inserted (minus deleted) rows. With it, the range holds the staged rows."""
+        if plan.request.delete_missing:
+            return staged
+        if before is None or not diff or diff.get("inserted") is None:
+            return None
+        return before + diff["inserted"] - (diff.get("deleted") or 0)
 
     def describe(self, plan: BackfillPlan) -> str:
         keys = ", ".join(plan.request.keys)

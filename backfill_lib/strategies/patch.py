@@ -5,9 +5,10 @@ strategy (:mod:`backfill_lib.validate.key_audit`), before publishing."""
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from backfill_lib.adapters.checksums import comparable
 from backfill_lib.adapters.connect_log import is_connect
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import quote_ident
@@ -31,6 +32,20 @@ class Patch(PatchKind, StrategyImpl):
         keys = [quote_ident(k) for k in plan.request.keys]  # quoted: a name may hold a dot
         return current.join(staged.select(*keys), [current[k].eqNullSafe(staged[k]) for k in keys], "left_semi")
 
+    def as_published(self, plan: BackfillPlan, before: DataFrame, staged: DataFrame) -> DataFrame:
+        """Without ``delete_missing``: the target's rows, each matched by a staged key (null-safe) taking the
+        staged columns' values, and the staged rows of new keys, as the MERGE writes them (a column the staged
+        rows lack keeps the target's value, NULL on an inserted row). With it: the staged rows."""
+        if plan.request.delete_missing:
+            return staged
+        names = list(staged.columns)
+        s = staged.select(*[F.col(quote_ident(c)).alias(f"_s{i}") for i, c in enumerate(names)], F.lit(True).alias("_in"))
+        on = [before[quote_ident(k)].eqNullSafe(F.col(f"_s{names.index(k)}")) for k in plan.request.keys]
+        joined = before.join(s, on, "full_outer")
+        return joined.select(*[
+            (F.when(F.col("_in"), F.col(f"_s{names.index(c)}")).otherwise(before[quote_ident(c)]) if c in names
+             else before[quote_ident(c)]).alias(c) for c in before.columns])
+
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """One MERGE: update matched rows whose values differ, insert new keys, optionally delete missing ones."""
         from delta.tables import DeltaTable
@@ -42,7 +57,7 @@ class Patch(PatchKind, StrategyImpl):
         values = [c for c in columns if c not in plan.request.keys]
         # as the diff and changes_only compare (a float's 0.0 and -0.0 differ), so what the diff counts updated is
         # what the MERGE updates
-        changed = " OR ".join(differs(c, staged.schema[c].dataType.simpleString(), False) for c in values) or "false"
+        changed = " OR ".join(differs(c, staged.schema[c].dataType, False) for c in values) or "false"
         if is_connect(spark):  # no DeltaTable without a JVM: the same MERGE as SQL
             sets = ", ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in values)
             names = ", ".join(quote_ident(c) for c in columns)
@@ -73,7 +88,8 @@ class Patch(PatchKind, StrategyImpl):
         staged = staged_rows(spark, plan.staging_table).where(predicate)
         published = spark.read.option("versionAsOf", version).table(plan.target_table).where(predicate)
         published = published.select(*[F.col(quote_ident(c)) for c in staged.columns])
-        missing = staged.exceptAll(published).count()
+        # canonical forms: a MAP or VARIANT column cannot go through exceptAll as it is
+        missing = comparable(staged).exceptAll(comparable(published)).count()
         checks = [Check("post_publish", "staged_rows_present", missing == 0, None, None, f"{missing} rows missing", "0",
                         None if missing == 0 else f"{missing} staged rows are not in version {version} as staged")]
         if plan.request.delete_missing:

@@ -1,10 +1,10 @@
 """The before/after diff by key: staged rows against the target's current rows, and the gate on it.
 
-:func:`diff_by_key` joins the two sides on their keys (NULL-safe: a NULL key part matches a NULL key part) and
-counts, per partition, the keys inserted, deleted, updated and unchanged, which value columns changed and, for
-numeric columns, by how much; in the same aggregation it keeps a few changed rows per partition, before and after,
-as samples for the report. :func:`evaluate` turns the diff into one :class:`~backfill_lib.core.checks.Check` per
-partition and threshold of a :class:`DiffGate`.
+:func:`diff_by_key` reads each side as narrow ``(key, row hash)`` rows (the key NULL-safe: a NULL key part matches
+a NULL key part) and counts, per partition, the keys inserted, deleted, updated and unchanged; only the updated
+keys are then compared column by column (which value columns changed and, for numeric columns, by how much), and
+only a few changed keys per partition are read whole, as samples for the report. :func:`evaluate` turns the diff
+into one :class:`~backfill_lib.core.checks.Check` per partition and threshold of a :class:`DiffGate`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ from fractions import Fraction
 from functools import reduce
 from typing import Sequence
 
+from pyspark import StorageLevel
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType
 
+from backfill_lib.adapters.checksums import hash_args, row_hash
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import BackfillError, IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys, keys_of
@@ -28,6 +31,8 @@ from backfill_lib.intake.rules import DiffGate
 
 #: how many changed rows a partition's diff keeps as samples: the key hash's buckets, one row from each
 SAMPLE_BUCKETS = 4
+#: up to how many updated and sample keys are broadcast to the scans that read their rows (a few bytes each)
+BROADCAST_KEYS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -70,23 +75,26 @@ class PartitionDiff:
         return self.inserted + self.updated + self.unchanged
 
 
-def _numeric_change(kinds: tuple[DataType, DataType], staged: Column, current: Column) -> Column | None:
-    """``|staged - current|``, with integers widened to decimal(38,0) first so the subtraction cannot overflow."""
-    if all(isinstance(k, IntegralType) for k in kinds):
+def _is_numeric(kind: DataType) -> bool:
+    return isinstance(kind, (IntegralType, DecimalType, FloatType, DoubleType))
+
+
+def _numeric_change(kind: DataType, staged: Column, current: Column) -> Column:
+    """``|staged - current|`` of a numeric ``kind``, integers widened to decimal(38,0) first so the subtraction
+    cannot overflow."""
+    if isinstance(kind, IntegralType):
         return F.abs(staged.cast("decimal(38,0)") - current.cast("decimal(38,0)"))
-    if all(isinstance(k, (IntegralType, DecimalType, FloatType, DoubleType)) for k in kinds):
-        return F.abs(staged - current)
-    return None
+    return F.abs(staged - current)
 
 
-def _same_value(kinds: tuple[DataType, DataType], staged: Column, current: Column) -> Column:
-    """Whether a matched row keeps its value: ``staged <=> current`` (NULL-safe), and for a float or double on
-    either side the same sign of zero too. ``<=>`` holds ``0.0`` equal to ``-0.0``, but the publish writes the
-    staged bits, so a row going from one to the other is rewritten with another value and counts as updated
-    (as the ``changes_only`` MERGE counts it, :func:`backfill_lib.strategies.changes_only.differs`). The sign is
-    read from the value's text, only for zeros."""
+def _same_value(kind: DataType, staged: Column, current: Column) -> Column:
+    """Whether a matched row keeps its numeric value: ``staged <=> current`` (NULL-safe), and for a float or
+    double the same sign of zero too. ``<=>`` holds ``0.0`` equal to ``-0.0``, but the publish writes the staged
+    bits, so a row going from one to the other is rewritten with another value and counts as updated (as the
+    ``changes_only`` MERGE counts it, :func:`backfill_lib.strategies.changes_only.differs`). The sign is read
+    from the value's text, only for zeros."""
     same = staged.eqNullSafe(current)
-    if not any(isinstance(k, (FloatType, DoubleType)) for k in kinds):
+    if not isinstance(kind, (FloatType, DoubleType)):
         return same
     negative = lambda c: c.cast("string").startswith("-")  # noqa: E731
     return same & (staged.isNull() | (staged != 0) | (negative(staged) == negative(current)))
@@ -101,23 +109,30 @@ def diff_by_key(
     *,
     corrected_columns: Sequence[str] = (),
 ) -> dict[str, PartitionDiff]:
-    """Diff ``staged`` against ``current`` by ``keys``, per partition, in one aggregation after one join.
+    """Diff ``staged`` against ``current`` by ``keys``, per partition, comparing narrow row hashes.
+
+    Both sides are read as ``(key, row hash)``, the hash over the value columns in the canonical form of
+    :func:`~backfill_lib.adapters.checksums.row_hash` (NULL-aware, every column type), and grouped by key in one
+    shuffle: that gives every count and the sample keys. Only the updated keys are then joined, on narrow
+    per-column hashes (and the numeric columns' values), for ``changed_columns``, ``abs_change`` and
+    ``updated_outside``; only the sample keys' rows are read whole.
 
     Parameters
     ----------
     staged, current : DataFrame
-        The rows after and before the backfill, restricted to the same partitions. ``keys`` must be unique
-        on each side (duplicates would be counted once per matching pair).
+        The rows after and before the backfill, restricted to the same partitions. A key repeated on a side
+        counts once per pair of rows it matches, as a join on the keys would pair them. A column whose type
+        differs between the sides is compared in the type both widen to (as a ``UNION`` widens it).
     keys : sequence of str
-        Key columns, compared NULL-safely. The partition column is always added to the join, so a key that
+        Key columns, compared NULL-safely. The partition column is always added to the keys, so a key that
         moves partitions counts as deleted from one and inserted into the other.
     partition_column : str or PartitionKeys
         The partition column, or its :class:`PartitionKeys`; results are keyed as the plan keys partitions (a
         bare name is a ``DATE`` column keyed ``YYYY-MM-DD``).
     value_columns : sequence of str, optional
-        Columns compared on matched keys (NULL-safely, so NULL = NULL is unchanged; a float or double ``0.0``
-        against ``-0.0`` is a change, as the publish rewrites the bits). Default: every column of ``current``
-        that is neither a key nor the partition column.
+        Columns compared on matched keys (NULL = NULL is unchanged; a float or double ``0.0`` against ``-0.0``
+        is a change, as the publish rewrites the bits; a ``MAP`` compares its entries in any order). Default:
+        every column of ``current`` that is neither a key nor the partition column.
     corrected_columns : sequence of str
         The columns the backfill is meant to change; see :attr:`PartitionDiff.updated_outside`.
 
@@ -129,7 +144,8 @@ def diff_by_key(
     Raises
     ------
     IntakeError
-        A key, partition or value column is missing on one side (the message names the column and side).
+        A key, partition or value column is missing on one side, or has types on the two sides that no common
+        type holds (the message names the column and side).
     """
     keying = keys_of(partition_column)
     keys = list(dict.fromkeys([*keys, *keying.columns]))
@@ -139,77 +155,179 @@ def diff_by_key(
         for column in [*keys, *value_columns, *corrected_columns]:
             if column not in df.columns:
                 raise IntakeError(f"diff: column '{column}' does not exist in the {side} rows")
-    types = {c: (staged.schema[c].dataType, current.schema[c].dataType) for c in value_columns}
-    # Positional aliases keep the two sides apart whatever the user's column names are.
-    cols = [*keys, *value_columns]
-    s = staged.select(F.lit(True).alias("s_in"), *[F.col(quote_ident(c)).alias(f"s{i}") for i, c in enumerate(cols)])
-    t = current.select(F.lit(True).alias("t_in"), *[F.col(quote_ident(c)).alias(f"t{i}") for i, c in enumerate(cols)])
-    on = reduce(lambda a, b: a & b, [F.col(f"s{i}").eqNullSafe(F.col(f"t{i}")) for i in range(len(keys))])
-    joined = s.join(t, on, "full_outer")
+    both = _both_sides(staged, current, keys, value_columns)
+    ks = [f"k{i}" for i in range(len(keys))]
+    vs = [f"v{j}" for j in range(len(value_columns))]
 
-    both = F.col("s_in").isNotNull() & F.col("t_in").isNotNull()
-    changed = {
-        c: both & ~_same_value(types[c], F.col(f"s{i}"), F.col(f"t{i}"))
-        for i, c in enumerate(value_columns, start=len(keys))
-    }
-    any_changed = reduce(lambda a, b: a | b, changed.values(), F.lit(False))
-    outside = reduce(lambda a, b: a | b, [v for c, v in changed.items() if c not in corrected_columns], F.lit(False))
-    aggs = [
-        F.count_if(F.col("t_in").isNull()).alias("inserted"),
-        F.count_if(F.col("s_in").isNull()).alias("deleted"),
-        F.count_if(any_changed).alias("updated"),
-        F.count_if(both & ~any_changed).alias("unchanged"),
-        F.count_if(outside).alias("updated_outside"),
-    ]
-    numeric = {}
-    for i, c in enumerate(value_columns, start=len(keys)):
-        aggs.append(F.count_if(changed[c]).alias(f"n{i}"))
-        change = _numeric_change(types[c], F.col(f"s{i}"), F.col(f"t{i}"))
-        if change is not None:
-            numeric[c] = f"a{i}"
-            aggs.append(F.sum(F.when(changed[c], change)).alias(f"a{i}"))
-    aggs += _sample_aggregates(len(keys), len(cols), any_changed)
-    part = keying.renamed({c: f"s{keys.index(c)}" for c in keying.columns}).expr()
-    part = F.coalesce(part, keying.renamed({c: f"t{keys.index(c)}" for c in keying.columns}).expr()).alias("partition")
-    grouped = joined.groupBy(part).agg(*aggs)
-    # to_json after the aggregation: only the kept rows are serialised, and NULL fields are written (as null)
-    grouped = grouped.withColumns({f"x{b}": F.to_json(F.col(f"x{b}"), {"ignoreNullFields": "false"})
-                                   for b in range(SAMPLE_BUCKETS)})
+    def part(prefix: str = "") -> Column:  # the partition of key columns ``{prefix}k0..``
+        return keying.renamed({c: f"{prefix}k{keys.index(c)}" for c in keying.columns}).expr().alias("partition")
+
+    per_key = _per_key(both, ks, vs).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counted = per_key.groupBy(part()).agg(
+            F.sum("inserted").alias("inserted"), F.sum("deleted").alias("deleted"),
+            F.sum("updated").alias("updated"), F.sum("unchanged").alias("unchanged"),
+            # plain min of a bigint per bucket: a hash aggregation, where min_by of a struct would sort
+            *[F.min(F.when(F.col("c").isNotNull() & (F.pmod("h", F.lit(SAMPLE_BUCKETS)) == b), F.col("h"))).alias(f"x{b}")
+              for b in range(SAMPLE_BUCKETS)]).collect()
+        chosen = {(r["partition"], r[f"x{b}"]) for r in counted for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
+        updated = sum(r["updated"] for r in counted)
+        if chosen:  # every updated key's partition has a sample: no sample, no update
+            rows = _restricted(both, per_key, ks, vs, chosen, updated)
+            try:
+                samples = _samples(rows, ks, part(), chosen, keys, value_columns)
+                columns = _column_changes(rows, ks, value_columns, corrected_columns, part) if updated else {}
+            finally:
+                rows.unpersist()
+        else:
+            samples, columns = {}, {}
+    finally:
+        per_key.unpersist()
+    numeric = [c for j, c in enumerate(value_columns) if _is_numeric(both.schema[f"v{j}"].dataType)]
     out = {}
-    for r in grouped.collect():
+    for r in counted:
         key = keying.key(r["partition"])
-        samples = [_sample(r[f"x{b}"], keys, value_columns) for b in range(SAMPLE_BUCKETS)]
+        c = columns.get(r["partition"])
         out[key] = PartitionDiff(
             key,
             r["inserted"],
             r["deleted"],
             r["updated"],
             r["unchanged"],
-            {c: r[f"n{i}"] for i, c in enumerate(value_columns, start=len(keys))},
-            {c: _decimal(r[a]) for c, a in numeric.items()},
+            {v: c[f"n{j}"] if c else 0 for j, v in enumerate(value_columns)},
+            {v: _decimal(c[f"a{value_columns.index(v)}"] if c else None) for v in numeric},
             tuple(corrected_columns),
-            r["updated_outside"],
-            tuple(sorted((x for x in samples if x is not None), key=lambda x: x["h"])),
+            c["updated_outside"] if c else 0,
+            tuple(sorted(samples.get(r["partition"], []), key=lambda x: x["h"])),
         )
     return out
 
 
-def _sample_aggregates(n_keys: int, n_cols: int, any_changed: Column) -> list[Column]:
-    """One ``min_by`` per bucket of the key hash over the changed rows of the joined sides (columns ``s0..``,
-    ``t0..``, ``s_in``, ``t_in``): a struct ``(h, c, s0.., t0..)`` named ``x0..``, NULL when the bucket has none.
+def _both_sides(staged: DataFrame, current: DataFrame, keys: list[str], value_columns: Sequence[str]) -> DataFrame:
+    """Both sides as one DataFrame: keys ``k0..``, values ``v0..`` and ``s`` (true on staged rows); a column
+    whose types differ is widened as ``UNION`` widens it.
 
-    ``min_by`` skips rows whose ordering is NULL, so the ordering is NULL on every row that is not a change of
-    that bucket. The key is the matched one (equal on both sides, NULL-safely) or the one side's.
+    Positional names keep the sides' columns apart whatever the user's column names are."""
+    cols = [*[(c, f"k{i}") for i, c in enumerate(keys)], *[(c, f"v{j}") for j, c in enumerate(value_columns)]]
 
-    Cost: no scan is added, but a struct is not a fixed-width aggregation buffer, so Spark plans the diff's
-    aggregation as a SortAggregate (a local sort of the joined rows by partition) rather than a HashAggregate."""
-    h = F.xxhash64(*[F.coalesce(F.col(f"s{i}"), F.col(f"t{i}")) for i in range(n_keys)])
-    inserted, deleted = F.col("t_in").isNull(), F.col("s_in").isNull()
-    change = F.when(inserted, F.lit("inserted")).when(deleted, F.lit("deleted")).otherwise(F.lit("updated"))
-    row = F.struct(h.alias("h"), change.alias("c"), *[F.col(f"{side}{i}") for side in "st" for i in range(n_cols)])
-    changed = inserted | deleted | any_changed
-    return [F.min_by(row, F.when(changed & (F.pmod(h, F.lit(SAMPLE_BUCKETS)) == b), h)).alias(f"x{b}")
-            for b in range(SAMPLE_BUCKETS)]
+    def side(df: DataFrame, flag: bool) -> DataFrame:
+        return df.select(*[F.col(quote_ident(c)).alias(a) for c, a in cols], F.lit(flag).alias("s"))
+
+    try:
+        return side(staged, True).unionByName(side(current, False))
+    except AnalysisException:
+        for c, _ in cols:
+            try:
+                staged.select(quote_ident(c)).unionByName(current.select(quote_ident(c))).schema
+            except AnalysisException:
+                raise IntakeError(f"diff: column '{c}' is {staged.schema[c].dataType.simpleString()} in the staged rows "
+                                  f"and {current.schema[c].dataType.simpleString()} in the current rows, which "
+                                  "cannot be compared") from None
+        raise
+
+
+def _per_key(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
+    """One row per key (``k0..``) of either side: ``inserted``, ``deleted``, ``updated`` and ``unchanged`` (the
+    key's pairs of rows, as a join on the keys pairs them), ``h`` (``xxhash64`` of the key) and ``c`` (the
+    change: ``inserted``, ``deleted``, ``updated`` or NULL).
+
+    Rows are compared by their row hash: grouped by ``(key, hash)``, the pairs alike are ``sum(staged *
+    current)``. One shuffle by key serves both groupings."""
+    narrow = both.select(*ks, "s", row_hash(both, vs).alias("rh")).repartition(*ks)
+    per_hash = narrow.groupBy(*ks, "rh").agg(F.count_if("s").alias("ns"), F.count_if(~F.col("s")).alias("nt"))
+    n = per_hash.groupBy(*ks).agg(F.sum("ns").alias("ns"), F.sum("nt").alias("nt"),
+                                  F.sum(F.col("ns") * F.col("nt")).alias("same"))
+    ns, nt, same = F.col("ns"), F.col("nt"), F.col("same")
+    updated = ns * nt - same
+    return n.select(
+        *ks,
+        F.when(nt == 0, ns).otherwise(0).alias("inserted"),
+        F.when(ns == 0, nt).otherwise(0).alias("deleted"),
+        updated.alias("updated"),
+        same.alias("unchanged"),
+        F.xxhash64(*ks).alias("h"),
+        F.when(nt == 0, F.lit("inserted")).when(ns == 0, F.lit("deleted")).when(updated > 0, F.lit("updated")).alias("c"),
+    )
+
+
+def _restricted(both: DataFrame, per_key: DataFrame, ks: list[str], vs: list[str], chosen: set[tuple],
+                updated: int) -> DataFrame:
+    """The rows of both sides whose key is updated or a sample's (cached; the caller unpersists), each as its
+    key ``k0..``, ``s``, ``upd`` (an updated key), ``h`` (the key hash), ``c`` (the key's change), per value
+    column ``v{j}`` its value if numeric, else its 64-bit hash, and ``j``: the whole row's ``to_json`` text (NULL
+    fields written) for a sample's key, else NULL.
+
+    Those keys are broadcast to the scans of both sides when they are few (up to :data:`BROADCAST_KEYS`), so only
+    their rows leave the scan; more are joined by a shuffle."""
+    sampled = F.col("h").isin(sorted({x for _, x in chosen}))
+    interest = (per_key.where((F.col("updated") > 0) | sampled)
+                .select(*[F.col(k).alias(f"i{k}") for k in ks], (F.col("updated") > 0).alias("upd"),
+                        sampled.alias("smp"), "c"))
+    if updated + len(chosen) <= BROADCAST_KEYS:
+        interest = F.broadcast(interest)
+    rows = both.join(interest, [F.col(k).eqNullSafe(F.col(f"i{k}")) for k in ks])
+    values = [(F.col(v) if _is_numeric(both.schema[v].dataType) else F.xxhash64(*hash_args(both, [v]))).alias(v)
+              for v in vs]
+    text = F.when(F.col("smp"), F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}))
+    return (rows.select(*ks, "s", "upd", F.xxhash64(*ks).alias("h"), "c", *values, text.alias("j"))
+            .persist(StorageLevel.MEMORY_AND_DISK))
+
+
+def _column_changes(rows: DataFrame, ks: list[str], value_columns: Sequence[str], corrected_columns: Sequence[str],
+                    part) -> dict[str, dict]:
+    """Per partition (raw value of ``part``): ``n{j}`` the updated pairs in which value column ``j`` changed,
+    ``a{j}`` the sum of ``|staged - current|`` over them for a numeric column, and ``updated_outside``, from the
+    updated keys' narrow rows of :func:`_restricted`, joined by key."""
+    types = {f"v{j}": rows.schema[f"v{j}"].dataType for j in range(len(value_columns))}
+
+    def side(flag: bool, prefix: str) -> DataFrame:
+        return (rows.where(F.col("upd") & (F.col("s") == F.lit(flag)))
+                .select(*[F.col(c).alias(f"{prefix}{c}") for c in [*ks, *types]]))
+
+    joined = side(True, "s").join(side(False, "t"), [F.col(f"s{k}").eqNullSafe(F.col(f"t{k}")) for k in ks])
+    changed = {}
+    for j, c in enumerate(value_columns):
+        s, t, kind = F.col(f"sv{j}"), F.col(f"tv{j}"), types[f"v{j}"]
+        changed[c] = ~_same_value(kind, s, t) if _is_numeric(kind) else s != t
+    outside = reduce(lambda a, b: a | b, [v for c, v in changed.items() if c not in corrected_columns], F.lit(False))
+    aggs = [F.count_if(outside).alias("updated_outside")]
+    for j, c in enumerate(value_columns):
+        aggs.append(F.count_if(changed[c]).alias(f"n{j}"))
+        if _is_numeric(types[f"v{j}"]):
+            change = _numeric_change(types[f"v{j}"], F.col(f"sv{j}"), F.col(f"tv{j}"))
+            aggs.append(F.sum(F.when(changed[c], change)).alias(f"a{j}"))
+    return {r["partition"]: r.asDict() for r in joined.groupBy(part("s")).agg(*aggs).collect()}
+
+
+def _samples(rows: DataFrame, ks: list[str], part: Column, chosen: set[tuple], keys: list[str],
+             value_columns: Sequence[str]) -> dict[object, list[dict]]:
+    """The :attr:`PartitionDiff.samples` of the ``chosen`` keys (``(raw partition, key hash)``), by raw
+    partition, from the sample rows' text in :func:`_restricted`."""
+    sides: dict[tuple, dict[bool, list[dict]]] = {}
+    changes: dict[tuple, str] = {}
+    for r in sorted(rows.where(F.col("j").isNotNull()).select(part, "h", "c", "s", "j").collect(), key=lambda r: r["j"]):
+        if (r["partition"], r["h"]) in chosen:
+            sides.setdefault((r["partition"], r["h"]), {}).setdefault(r["s"], []).append(_decoded(r["j"]))
+            changes[(r["partition"], r["h"])] = r["c"]
+    out: dict[object, list[dict]] = {}
+    for (p, x), change in changes.items():
+        got = sides[(p, x)]
+        after = (got.get(True) or [None])[0]
+        # a key repeated on a side: its first row in text order that differs from the other side's
+        before = next((t for t in got.get(False, []) if t != after), (got.get(False) or [None])[0])
+        keyed = before if change == "deleted" else after
+        if keyed is None:
+            continue
+        out.setdefault(p, []).append({
+            "h": int(x),
+            "change": change,
+            "key": {c: keyed[f"k{i}"] for i, c in enumerate(keys)},
+            "before": None if change == "inserted" or before is None else
+            {c: before[f"v{j}"] for j, c in enumerate(value_columns)},
+            "after": None if change == "deleted" or after is None else
+            {c: after[f"v{j}"] for j, c in enumerate(value_columns)},
+        })
+    return out
 
 
 def _json_text(raw: object, literal: object) -> str | None:
@@ -223,23 +341,12 @@ def _json_text(raw: object, literal: object) -> str | None:
     return str(literal)
 
 
-def _sample(text: str | None, keys: list[str], value_columns: Sequence[str]) -> dict | None:
-    """A sample struct's ``to_json`` text (see :func:`_sample_aggregates`) as a :attr:`PartitionDiff.samples` entry."""
+def _decoded(text: str | None) -> dict[str, str | None] | None:
+    """A row's ``to_json`` text as ``{field: value text}`` (see :attr:`PartitionDiff.samples`)."""
     if text is None:
         return None
     raw, literal = json.loads(text), json.loads(text, parse_float=str, parse_int=str)
-
-    def side(prefix: str, columns: Sequence[str], start: int) -> dict[str, str | None]:
-        return {c: _json_text(raw[f"{prefix}{i}"], literal[f"{prefix}{i}"]) for i, c in enumerate(columns, start=start)}
-
-    change = raw["c"]
-    return {
-        "h": int(raw["h"]),
-        "change": change,
-        "key": side("t" if change == "deleted" else "s", keys, 0),
-        "before": None if change == "inserted" else side("t", value_columns, len(keys)),
-        "after": None if change == "deleted" else side("s", value_columns, len(keys)),
-    }
+    return {f: _json_text(raw[f], literal[f]) for f in raw}
 
 
 def _decimal(value) -> Decimal:

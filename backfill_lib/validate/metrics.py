@@ -12,7 +12,8 @@ Metric names (the keys of a profile and the suffix of a check's name):
 - ``sum(c)``: for integer and decimal columns only, as ``decimal.Decimal`` (integers summed as
   ``decimal(38,0)`` so no overflow and no float); NULL (``None``) when every value is NULL.
 - ``min(c)``, ``max(c)``: the Python value Spark returns for the column's type.
-- ``checksum(a,b,...)``: the sum over rows of ``xxhash64(a, b, ...)`` as ``decimal(38,0)`` (``Decimal``):
+- ``checksum(a,b,...)``: the sum over rows of the NULL-aware row hash of ``a, b, ...``
+  (:func:`~backfill_lib.adapters.checksums.row_hash`) as ``decimal(38,0)`` (``Decimal``):
   independent of row order, changed by any changed, added or removed row (up to hash collisions).
 """
 
@@ -58,7 +59,7 @@ def _aggregates(df: DataFrame, spec: MetricSpec) -> list[Column]:
     for c in spec.min_max:
         aggs += [F.min(_col(c)).alias(f"min({c})"), F.max(_col(c)).alias(f"max({c})")]
     if spec.checksum:
-        aggs.append(checksum_of(spec.checksum).alias(checksum_name(spec.checksum)))
+        aggs.append(checksum_of(df, spec.checksum).alias(checksum_name(spec.checksum)))
     return aggs
 
 

@@ -112,3 +112,31 @@ def test_zero_to_negative_zero_is_an_update_since_the_publish_writes_the_other_b
     d = diff_by_key(staged, current, ["id"], "dt", ["v"])["2024-03-10"]
 
     assert (d.updated, d.unchanged, d.changed_columns, d.abs_change) == (1, 3, {"v": 1}, {"v": Decimal(0)})
+
+
+def test_values_swapped_with_null_maps_reordered_and_repeated_keys(spark):
+    from pyspark.sql.types import MapType
+
+    schema = StructType([StructField("id", IntegerType()), StructField("dt", DateType()),
+                         StructField("a", StringType()), StructField("b", StringType()),
+                         StructField("m", MapType(StringType(), IntegerType()))])
+    current = spark.createDataFrame(
+        [(1, D10, None, "x", {"p": 1, "q": 2}), (2, D10, "", None, {"p": 1}), (3, D10, "c", "c", {}),
+         (3, D10, "c", "d", {})], schema)  # the target repeats key 3
+    staged = spark.createDataFrame(
+        [(1, D10, "x", None, {"q": 2, "p": 1}), (2, D10, "", None, {"p": 1, "q": None}), (3, D10, "c", "c", {})],
+        schema)
+
+    d = diff_by_key(staged, current, ["id"], "dt")["2024-03-10"]
+
+    # key 1: a NULL and a value swapped places (the map only changed order); key 2: a map gained a NULL entry;
+    # key 3 pairs with both target rows, one alike and one not, as a join would pair them
+    assert d == PartitionDiff("2024-03-10", 0, 0, 3, 1, {"a": 1, "b": 2, "m": 1}, {}, (), 3)
+    # one bucket of the key hash holds all three keys: key 2's hash is the smallest
+    assert [(x["change"], x["key"], x["before"], x["after"]) for x in d.samples] == [
+        ("updated", {"id": "2", "dt": "2024-03-10"}, {"a": "", "b": None, "m": '{"p":1}'},
+         {"a": "", "b": None, "m": '{"p":1,"q":null}'})]
+    # alone, key 3 is its partition's sample: of its two target rows, the one that differs is shown
+    three = diff_by_key(staged.where("id = 3"), current.where("id = 3"), ["id"], "dt")["2024-03-10"]
+    assert [(x["before"], x["after"]) for x in three.samples] == [
+        ({"a": "c", "b": "d", "m": "{}"}, {"a": "c", "b": "c", "m": "{}"})]
