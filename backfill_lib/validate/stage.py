@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from backfill_lib.adapters.delta_log import live_constraints, live_generated_columns
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
-from backfill_lib.core.errors import GateFailedError
+from backfill_lib.core.errors import GateFailedError, KeysOutsideRangeError
 from backfill_lib.core.partitions import key_order, quote_ident, range_predicate
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
@@ -34,7 +34,7 @@ from backfill_lib.validate.diff import diff_by_key
 from backfill_lib.validate.diff import evaluate as evaluate_diff
 from backfill_lib.validate.diff import target_duplicate_checks
 from backfill_lib.validate.gates import row_count_checks
-from backfill_lib.validate.key_audit import unique_key_checks
+from backfill_lib.validate.key_audit import keys_outside, named_key, unique_key_checks
 from backfill_lib.validate.metrics import compare as compare_metrics
 from backfill_lib.validate.metrics import profile, profile_aggregates, profile_of
 from backfill_lib.validate.reconcile import reconcile_batch, source_metric
@@ -115,8 +115,8 @@ class Validate:
                reporter: Reporter, sources: SourceSides) -> tuple[list[Check], list, dict | None]:
         # Independent read-only audits all run at once (the FAIR pool shares the cluster between them): on small
         # ranges each is mostly fixed Spark latency, which overlaps; one waiting for a thread would only add its own.
-        # + 4: diff, checksums, keys, constraints
-        audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 4
+        # + 5: diff, checksums, keys, keys outside the range, constraints
+        audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 5
         replaces = strategy_for(plan.strategy).replaces_partitions
         # Every per-partition aggregate of the staged rows (checksums, the rules' staged metrics) in one Spark
         # job: registered here, before any audit thread reads them back (the first to read runs the job).
@@ -148,12 +148,15 @@ class Validate:
                                                                          r.metrics)))
             audits.append(submit(unique_key_checks, staged, plan.request.keys, plan.staging_table))
             audits.append(submit(self._constraints, plan, staged))
+            elsewhere = None if whole else submit(self._keys_outside, plan, staged)
             diffed = submit(self._diff, plan, staged, whole)
             summed = (submit(lambda: fingerprints_of(shared.rows(fingerprinted), plan.partition_keys))
                       if fingerprinted is not None else None)
             checks: list[Check] = [c for a in audits for c in a.result()]
             diffs = diffed.result()
             fingerprints = summed.result() if summed else None
+            if elsewhere is not None:
+                elsewhere.result()
         if plan.request.diff_gate is not None:
             checks += evaluate_diff(diffs, plan.request.diff_gate)
         batch_of = {k: b.index for b in plan.batches for k in b.keys}
@@ -186,6 +189,33 @@ class Validate:
         generated = () if plan.strategy.whole_table else live_generated_columns(self.spark, plan.target_table)
         return constraint_checks(staged, applicable(constraints, plan.strategy, plan.request.keys),
                                  plan.partition_keys, plan.staging_table, generated)
+
+    def _keys_outside(self, plan: BackfillPlan, staged: DataFrame) -> None:
+        """Refuse the run when a staged key lives in the target (at the planned version) outside the range:
+        publishing writes only the range, so the table would hold that key twice.
+
+        Raises
+        ------
+        KeysOutsideRangeError
+            Naming up to :data:`~backfill_lib.validate.key_audit.LISTED_OUTSIDE` keys (``order_id=77``) and the
+            partitions outside the range where each lives, and how many keys in all; the target is untouched.
+        """
+        keys = plan.request.keys
+        target = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
+        listed, total = keys_outside(staged, target, keys, plan.predicate(), plan.partition_keys)
+        if not total:
+            return
+        named = "; ".join(
+            f"{named_key(keys, key)} in partition{'s' if len(parts) > 1 else ''} "
+            f"{', '.join('NULL' if p is None else p for p in parts)}" for key, parts in listed)
+        more = f"; and {total - len(listed)} more" if total > len(listed) else ""
+        where = "" if plan.where is None else " and target.where"
+        raise KeysOutsideRangeError(
+            f"{plan.target_table}: {total} staged key{'s' if total > 1 else ''} ({', '.join(keys)}) "
+            f"{'live' if total > 1 else 'lives'} in the target outside the run's range [{plan.range_start}, "
+            f"{plan.range_end}){where} too: {named}{more}; publishing writes only the range and would leave a "
+            "second row for each, so nothing was published (widen the range to those partitions, or remove the "
+            "old rows first)")
 
     def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged: DataFrame, whole: bool,
                      source: Future, staged_profile=None) -> list[Check]:
