@@ -21,9 +21,10 @@ from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_names import is_path_table
-from backfill_lib.core.table_state import TableState
+from backfill_lib.core.table_state import Column, TableState
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.intake.rule_checks import check_rules
+from backfill_lib.intake.schema_guard import schema_changes
 from backfill_lib.intake.where_check import check_where
 from backfill_lib.plan.builder import build_plan
 from backfill_lib.plan.model import BackfillPlan
@@ -78,7 +79,11 @@ def prepare(
         run_id=run_id,
         where=where,
     )
-    return replace(plan, source_versions=pins), state
+    changes = ()
+    if request.strategy.whole_table:  # a rebuild re-creates the table with the source's schema
+        source = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in frame.schema.fields)
+        changes = schema_changes(source, state.columns)
+    return replace(plan, source_versions=pins, schema_changes=changes), state
 
 
 def path_tables(request: BackfillRequest) -> list[tuple[str, str]]:

@@ -26,6 +26,8 @@ from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import key_order
 from backfill_lib.core.settings import Settings
+from backfill_lib.intake.request import Strategy
+from backfill_lib.intake.schema_guard import SchemaChange, changes_line
 from backfill_lib.plan.explain import NO_PINS
 from backfill_lib.plan.model import plan_from_summary
 from backfill_lib.report.documents import RunDocument, partition_rows, run_document, write_summary
@@ -185,6 +187,14 @@ def mart_sections(spark: SparkSession, settings: Settings, run: dict, plan: dict
     return tuple(out)
 
 
+def _schema_lines(plan: dict) -> tuple[str, ...]:
+    """A rebuild's schema changes (the plan's), as ``backfill plan`` lists them; nothing for other strategies."""
+    if not kind_for(Strategy(plan["request"]["strategy"])).whole_table:
+        return ()
+    changes = tuple(SchemaChange(**c) for c in plan.get("schema_changes") or ())
+    return (f"schema changes: {changes_line(changes, plan['request'].get('schema_changes') == 'allow')}",)
+
+
 def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | None = None) -> ReportData:
     """Everything the report shows, from a run's outcome (see :func:`ledger_outcome`) and, for a metric other
     than a known row count, the tables."""
@@ -204,7 +214,7 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         f"{'kept' if staging_there else 'not there: never written, or dropped by cleanup'})",
         zone_line(plan),
         f"sources read at (Delta version, pinned for the whole run): {_pins(plan.get('source_versions'))}",
-    ) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
+    ) + _schema_lines(plan) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
     return ReportData(
         run_id=run["run_id"],
         request_name=run["request_name"],

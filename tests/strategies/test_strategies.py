@@ -160,7 +160,7 @@ def test_schema_guard_names_column_and_types_then_accepts_a_new_column(spark, se
 def test_rebuild_swaps_atomically_and_readers_see_old_or_new(spark, settings, db, tmp_path, runner):
     table(spark, f"{db}.t", ID_DT_AMT, [(i, D9, i) for i in range(3)])
     sql = "SELECT CAST(id AS INT) AS id, DATE'2024-03-09' + CAST(id % 2 AS INT) AS dt, CAST(id AS STRING) AS label FROM range(7)"
-    path = request(tmp_path, f"{db}.t", sql, "rebuild", start=None)
+    path = request(tmp_path, f"{db}.t", sql, "rebuild", start=None, schema_changes="allow")  # amt dropped
     plan, state = prepare(spark, settings, path)
     seen, stop = set(), threading.Event()
 
