@@ -165,6 +165,9 @@ class BackfillPlan:
     #: (:func:`~backfill_lib.intake.schema_guard.schema_changes`, as the plan analysed the source); ``()`` for
     #: recompute and patch, which keep the target's schema
     schema_changes: tuple[SchemaChange, ...] = ()
+    #: the target's IDENTITY columns as the plan read them (:class:`~backfill_lib.core.table_state.IdentityColumn`;
+    #: intake refuses ``GENERATED ALWAYS`` ones); ``()`` for plans stored before they were recorded
+    target_identity: tuple = ()
 
     @property
     def pinned_versions(self) -> dict[str, int] | None:
@@ -299,6 +302,7 @@ class BackfillPlan:
             # also in "request"; here for readers of the ledger: batches are one partition each, staged in order
             "depends_on_past": self.request.depends_on_past,
             "schema_changes": [asdict(c) for c in self.schema_changes],
+            "target_identity": [asdict(c) for c in self.target_identity],
         }
 
 
@@ -330,7 +334,7 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
     """Rebuild the frozen plan a run stored in the ledger (:meth:`BackfillPlan.summary`), for publishing a
     validated run later or resuming it. The partitions, batches and the target state the plan saw come back
     exactly; nothing is re-read from the tables."""
-    from backfill_lib.core.table_state import Column, GeneratedColumn
+    from backfill_lib.core.table_state import Column, GeneratedColumn, IdentityColumn
 
     request = BackfillRequest.model_validate(summary["request"])
     grain, tz, fmt = request.target.grain, request.time_zone, request.target.partition_format
@@ -370,4 +374,5 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         target_generated=tuple(GeneratedColumn(**g) for g in summary.get("target_generated") or ()),
         selection=None if summary.get("selection") is None else Selection.from_json(summary["selection"]),
         schema_changes=tuple(SchemaChange(**c) for c in summary.get("schema_changes") or ()),
+        target_identity=tuple(IdentityColumn(**c) for c in summary.get("target_identity") or ()),
     )

@@ -34,10 +34,11 @@ class StrategyImpl(StrategyKind):
         :class:`~backfill_lib.core.errors.IntakeError` (or its ``SchemaMismatchError``) naming ``where`` and the
         column when they cannot be. Default: the staging reserved column is absent, and the columns align with
         the target's (only the evolutions :func:`~backfill_lib.intake.schema_guard.align` allows; a generated column
-        of the target the source omits is computed by its expression)."""
+        of the target the source omits is computed by its expression; an IDENTITY one must be supplied)."""
         check_reserved_column(plan.target_table, plan.target_columns, where, columns)
         generated = {g.name: g.expression for g in plan.target_generated}
-        return align(columns, plan.target_columns, where, plan.request.keys, generated)
+        return align(columns, plan.target_columns, where, plan.request.keys, generated,
+                     identity={c.name for c in plan.target_identity})
 
     def diff_scope(self, plan: BackfillPlan, current: DataFrame, staged: DataFrame) -> DataFrame:
         """The target rows the diff compares ``staged`` with, from ``current`` (the target's rows in the range at

@@ -10,7 +10,9 @@ from pyspark.sql import functions as F
 
 from backfill_lib.adapters.connect_log import is_connect
 from backfill_lib.core.checks import Check
+from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partitions import quote_ident
+from backfill_lib.core.table_state import Column
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
@@ -23,6 +25,23 @@ from backfill_lib.strategies.sql_merge import merge_with_sql
 
 
 class Patch(PatchKind, StrategyImpl):
+    def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
+        """As the default; and an IDENTITY column of the target must be one of the keys: the MERGE sets every other
+        column of a matched row, and Delta refuses to update an IDENTITY column (``where`` names the source).
+
+        Raises
+        ------
+        IntakeError
+            Naming the table and the IDENTITY column that is no key; nothing is written."""
+        casts = super().align_source(plan, columns, where)
+        for c in plan.target_identity:
+            if c.name not in plan.request.keys:
+                raise IntakeError(
+                    f"{where}: table {plan.target_table} column {c.name} is an IDENTITY column ({c.label}): a patch's "
+                    "MERGE updates every column of a matched row but its keys, and Delta refuses to update an "
+                    f"IDENTITY column; add {c.name} to keys, or use strategy recompute")
+        return casts
+
     def diff_scope(self, plan: BackfillPlan, current, staged):
         """Only the target's rows with a staged key: a patch stages corrected rows for some keys and keeps every
         other row (unless ``delete_missing``, where the keys it does not stage are deleted)."""
