@@ -53,6 +53,8 @@ class Validated:
     checks: tuple[Check, ...]
     diffs: tuple = ()
     fingerprints: dict | None = None
+    #: staged keys the target also holds outside the range: raised by :meth:`Validate.gate` once no check failed
+    outside: KeysOutsideRangeError | None = None
 
     @property
     def failures(self) -> tuple[Check, ...]:
@@ -103,13 +105,14 @@ class Validate:
         # Every audit reads the staged rows: one scan of the staging table's files, cached, serves them all.
         rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            checks, diffs, fingerprints = self._audit(plan, runner, scope, whole, rows, reporter, sources)
+            checks, diffs, fingerprints, outside = self._audit(plan, runner, scope, whole, rows, reporter, sources)
         finally:
             rows.unpersist()
         impl = strategy_for(plan.strategy, plan.request.publish_mode)
         if impl.replaces_partitions:
             checks += target_duplicate_checks(diffs, staged.rows, replaces=impl.removes_repeated_keys)
-        return Validated(tuple(self._gate_row_counts(plan, staged.rows) + checks), tuple(diffs), fingerprints)
+        return Validated(tuple(self._gate_row_counts(plan, staged.rows) + checks), tuple(diffs), fingerprints,
+                         outside)
 
     def _audit(self, plan: BackfillPlan, runner: SuiteRunner | None, scope: Batch, whole: bool, staged: DataFrame,
                reporter: Reporter, sources: SourceSides) -> tuple[list[Check], list, dict | None]:
@@ -155,8 +158,7 @@ class Validate:
             checks: list[Check] = [c for a in audits for c in a.result()]
             diffs = diffed.result()
             fingerprints = summed.result() if summed else None
-            if elsewhere is not None:
-                elsewhere.result()
+            outside = elsewhere.result() if elsewhere is not None else None
         if plan.request.diff_gate is not None:
             checks += evaluate_diff(diffs, plan.request.diff_gate)
         batch_of = {k: b.index for b in plan.batches for k in b.keys}
@@ -164,7 +166,7 @@ class Validate:
         self.ledger.record_diffs(plan.run_id, diffs.values())
         passed = sum(c.success for c in checks)
         reporter.stage(f"validated: {passed} of {len(checks)} checks passed")
-        return checks, list(diffs.values()), fingerprints
+        return checks, list(diffs.values()), fingerprints, outside
 
     def _gate_row_counts(self, plan: BackfillPlan, rows: dict[str, int]) -> list[Check]:
         if not strategy_for(plan.strategy).replaces_partitions:
@@ -190,27 +192,23 @@ class Validate:
         return constraint_checks(staged, applicable(constraints, plan.strategy, plan.request.keys),
                                  plan.partition_keys, plan.staging_table, generated)
 
-    def _keys_outside(self, plan: BackfillPlan, staged: DataFrame) -> None:
-        """Refuse the run when a staged key lives in the target (at the planned version) outside the range:
-        publishing writes only the range, so the table would hold that key twice.
-
-        Raises
-        ------
-        KeysOutsideRangeError
-            Naming up to :data:`~backfill_lib.validate.key_audit.LISTED_OUTSIDE` keys (``order_id=77``) and the
-            partitions outside the range where each lives, and how many keys in all; the target is untouched.
+    def _keys_outside(self, plan: BackfillPlan, staged: DataFrame) -> KeysOutsideRangeError | None:
+        """The refusal of a run whose staged key lives in the target (at the planned version) outside the range
+        (publishing writes only the range, so the table would hold that key twice), or ``None``: a
+        :class:`KeysOutsideRangeError` naming up to :data:`~backfill_lib.validate.key_audit.LISTED_OUTSIDE` keys
+        (``order_id=77``) and the partitions outside the range where each lives, and how many keys in all.
         """
         keys = plan.request.keys
         target = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
         listed, total = keys_outside(staged, target, keys, plan.predicate(), plan.partition_keys)
         if not total:
-            return
+            return None
         named = "; ".join(
             f"{named_key(keys, key)} in partition{'s' if len(parts) > 1 else ''} "
             f"{', '.join('NULL' if p is None else p for p in parts)}" for key, parts in listed)
         more = f"; and {total - len(listed)} more" if total > len(listed) else ""
         where = "" if plan.where is None else " and target.where"
-        raise KeysOutsideRangeError(
+        return KeysOutsideRangeError(
             f"{plan.target_table}: {total} staged key{'s' if total > 1 else ''} ({', '.join(keys)}) "
             f"{'live' if total > 1 else 'lives'} in the target outside the run's range [{plan.range_start}, "
             f"{plan.range_end}){where} too: {named}{more}; publishing writes only the range and would leave a "
@@ -243,15 +241,21 @@ class Validate:
                            corrected_columns=corrected)
 
     def gate(self, plan: BackfillPlan, record: dict, validated: Validated) -> None:
-        """Block publishing when a check failed: record the failed partitions and the run ``failed``.
+        """Block publishing when a check failed (record the failed partitions and the run ``failed``), or when a
+        staged key lives outside the range.
 
         Raises
         ------
         GateFailedError
             Naming how many checks failed on how many partitions, and the first; the target is untouched.
+        KeysOutsideRangeError
+            When every check passed but a staged key lives in the target outside the range (exit 2); the target
+            is untouched.
         """
         failures = list(validated.failures)
         if not failures:
+            if validated.outside is not None:
+                raise validated.outside
             return
         by_partition: dict[str, list[Check]] = {}
         for c in failures:
