@@ -34,6 +34,7 @@ from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_state import TableState
 from backfill_lib.intake.request import BackfillRequest
+from backfill_lib.intake.schema_guard import changes_line
 from backfill_lib.plan.model import BackfillPlan, plan_from_summary
 from backfill_lib.plan.prepare import mart_plan, prepare, utc_now
 from backfill_lib.plan.source_pins import pin_sources
@@ -422,6 +423,8 @@ class Runner:
         resumed = record["status"] != "planned"
         check_protected(self.settings.protected_tables, published_tables(plan), plan.approved_by)
         casts = check_source_schema(self.spark, plan)
+        if strategy_for(plan.strategy).whole_table:
+            reporter.stage(f"schema changes: {changes_line(plan.schema_changes, plan.request.schema_changes == 'allow')}")
         if record["status"] in ("validated", "publishing") and plan.staging_mode == PINNED:
             if committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish",
                                  plan.target_version) is not None:

@@ -29,12 +29,14 @@ from backfill_lib.core.table_state import (
     Column,
     Constraint,
     GeneratedColumn,
+    IdentityColumn,
     PartitionStats,
     TableState,
     column_mapping_mode,
     constraints_of,
     generated_columns_of,
     write_blockers_of,
+    identity_columns_of,
 )
 
 
@@ -287,7 +289,8 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
                       change_data_feed=change_data_feed, constraints=constraints_of(properties, columns),
                       column_mapping=column_mapping_mode(properties), clustering_columns=clustering,
                       files=files, generated=snapshot_generated_columns(snapshot),
-                      write_blockers=write_blockers_of(properties))
+                      write_blockers=write_blockers_of(properties),
+                      identity=snapshot_identity_columns(snapshot))
 
 
 def _snapshot_detail(spark: SparkSession, name: str) -> tuple:
@@ -404,6 +407,18 @@ def snapshot_generated_columns(snapshot) -> tuple[GeneratedColumn, ...]:
     schema = StructType.fromJson({"type": "struct", "fields": fields})
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
     return generated_columns_of((f["name"], types[f["name"]], f.get("metadata")) for f in fields)
+
+
+def snapshot_identity_columns(snapshot) -> tuple[IdentityColumn, ...]:
+    """The IDENTITY columns of ``snapshot``'s table (:func:`identity_columns_of`), from the Delta log's
+    schemaString: the catalog's schema drops the ``delta.identity.*`` field metadata, as it does generation
+    expressions."""
+    from pyspark.sql.types import StructType
+
+    schema_string = snapshot.schema_json if isinstance(snapshot, ConnectSnapshot) else snapshot.metadata().schemaString()
+    fields = json.loads(schema_string)["fields"]
+    types = {f.name: f.dataType.simpleString() for f in StructType.fromJson({"type": "struct", "fields": fields}).fields}
+    return identity_columns_of((f["name"], types[f["name"]], f.get("metadata")) for f in fields)
 
 
 def live_generated_columns(spark: SparkSession, name: str) -> tuple[GeneratedColumn, ...]:

@@ -75,6 +75,11 @@ class PartitionError(BackfillError):
     exit_code = 2
 
 
+class KeysOutsideRangeError(PartitionError):
+    """Staged rows carry declared keys the target also holds in rows outside the run's range, where publishing
+    (which writes only the range) would leave a second row for each; nothing was published. Exit code 2."""
+
+
 class SourceError(BackfillError):
     """The source SQL failed to parse, analyse or run. Exit code 1."""
 

@@ -348,6 +348,9 @@ class BackfillRequest(_Frozen):
     diff_gate: DiffGate | None = None
     report_metric: str | None = None
     delete_missing: bool = False
+    #: a rebuild's schema differences that can lose values or names (a narrowed, retyped, dropped or renamed
+    #: column): ``refuse`` (exit 2 before anything is written) or ``allow``; widened and added columns always pass
+    schema_changes: Literal["refuse", "allow"] = "refuse"
     batch_size: int | None = Field(default=None, ge=1)
     concurrency: int | None = Field(default=None, ge=1, le=64)
     marts: tuple[Mart, ...] = ()
@@ -397,6 +400,9 @@ class BackfillRequest(_Frozen):
             raise ValueError(f"target.where: a {self.strategy.value} re-creates the whole table; where applies to "
                              "recompute and patch")
         self._check_past()
+        if self.schema_changes == "allow" and not self.strategy.whole_table:
+            raise ValueError(f"schema_changes: applies to strategy rebuild only (got strategy {self.strategy.value}, "
+                             "which keeps the target's schema)")
         if self.range is None:
             if not self.strategy.whole_table:  # only a whole-table strategy may cover every partition
                 raise ValueError(f"range: required for strategy {self.strategy.value}")

@@ -215,6 +215,7 @@ def build_plan(
         range_files=range_files,
         files_without_stats=no_stats,
         target_generated=state.generated,
+        target_identity=state.identity,
     )
     check_generated_columns(plan)
     return plan

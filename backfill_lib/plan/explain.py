@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from backfill_lib.core.table_names import same_location, table_path
+from backfill_lib.intake.schema_guard import changes_line
 from backfill_lib.plan.generated import generated_line
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.core.staging_mode import PINNED
@@ -219,6 +220,8 @@ def explain(plan: BackfillPlan) -> Group:
         ("layout", layout_line(plan)),
         ("where", where_line(plan)),
         *([("generated columns", generated_line(plan))] if plan.target_generated else []),
+        *([("schema changes", changes_line(plan.schema_changes, r.schema_changes == "allow"))]
+          if strategy.whole_table else []),
         ("publish statement", strategy.publish_statement(plan, shown=EDGE_VALUES) if parts or strategy.whole_table else "none (no partitions)"),
         ("partitions", f"{len(parts):,} x {r.target.grain.value} on {plan.partition_column} "
                        f"(time zone {r.time_zone}), {first_last}"),

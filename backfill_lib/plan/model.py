@@ -21,6 +21,7 @@ from backfill_lib.core.partitions import (
 from backfill_lib.core.selection import Selection
 from backfill_lib.core.table_state import PartitionStats
 from backfill_lib.intake.request import BackfillRequest, Strategy
+from backfill_lib.intake.schema_guard import SchemaChange
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,13 @@ class BackfillPlan:
     #: ``--only missing|failed|changed``: the partitions of the range selected and why
     #: (:mod:`backfill_lib.core.selection`); the batches hold only those. ``None``: every partition of the range
     selection: Selection | None = None
+    #: a rebuild's differences between the target's schema and the source's, which the rebuilt table takes
+    #: (:func:`~backfill_lib.intake.schema_guard.schema_changes`, as the plan analysed the source); ``()`` for
+    #: recompute and patch, which keep the target's schema
+    schema_changes: tuple[SchemaChange, ...] = ()
+    #: the target's IDENTITY columns as the plan read them (:class:`~backfill_lib.core.table_state.IdentityColumn`;
+    #: intake refuses ``GENERATED ALWAYS`` ones); ``()`` for plans stored before they were recorded
+    target_identity: tuple = ()
 
     @property
     def pinned_versions(self) -> dict[str, int] | None:
@@ -297,6 +305,8 @@ class BackfillPlan:
             "selection": None if self.selection is None else self.selection.to_json(),
             # also in "request"; here for readers of the ledger: batches are one partition each, staged in order
             "depends_on_past": self.request.depends_on_past,
+            "schema_changes": [asdict(c) for c in self.schema_changes],
+            "target_identity": [asdict(c) for c in self.target_identity],
         }
 
 
@@ -328,7 +338,7 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
     """Rebuild the frozen plan a run stored in the ledger (:meth:`BackfillPlan.summary`), for publishing a
     validated run later or resuming it. The partitions, batches and the target state the plan saw come back
     exactly; nothing is re-read from the tables."""
-    from backfill_lib.core.table_state import Column, GeneratedColumn
+    from backfill_lib.core.table_state import Column, GeneratedColumn, IdentityColumn
 
     request = BackfillRequest.model_validate(summary["request"])
     grain, tz, fmt = request.target.grain, request.time_zone, request.target.partition_format
@@ -368,4 +378,6 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         files_without_stats=int(summary.get("files_without_stats") or 0),
         target_generated=tuple(GeneratedColumn(**g) for g in summary.get("target_generated") or ()),
         selection=None if summary.get("selection") is None else Selection.from_json(summary["selection"]),
+        schema_changes=tuple(SchemaChange(**c) for c in summary.get("schema_changes") or ()),
+        target_identity=tuple(IdentityColumn(**c) for c in summary.get("target_identity") or ()),
     )

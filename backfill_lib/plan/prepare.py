@@ -21,10 +21,11 @@ from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_names import catalog_table, is_path_table, split_table_name, table_path
-from backfill_lib.core.table_state import TableState, write_blockers_of
+from backfill_lib.core.table_state import Column, TableState, write_blockers_of
 from backfill_lib.intake.names import respell_request
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.intake.rule_checks import check_rules
+from backfill_lib.intake.schema_guard import schema_changes
 from backfill_lib.intake.table_checks import check_not_own_location, check_not_own_table, check_writable
 from backfill_lib.intake.where_check import check_where
 from backfill_lib.plan.builder import build_plan
@@ -85,8 +86,13 @@ def prepare(
         run_id=run_id,
         where=where,
     )
-    # the mode asked; the run falls back to durable where it must (backfill_lib.core.staging_mode)
-    return replace(plan, source_versions=pins, staging_mode=request.staging or settings.staging), state
+    changes = ()
+    if request.strategy.whole_table:  # a rebuild re-creates the table with the source's schema
+        source = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in frame.schema.fields)
+        changes = schema_changes(source, state.columns)
+    # the staging mode asked; the run falls back to durable where it must (backfill_lib.core.staging_mode)
+    return replace(plan, source_versions=pins, staging_mode=request.staging or settings.staging,
+                   schema_changes=changes), state
 
 
 def written_tables(request: BackfillRequest) -> list[tuple[str, str]]:

@@ -26,6 +26,8 @@ from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import key_order
 from backfill_lib.core.settings import Settings
+from backfill_lib.intake.request import Strategy
+from backfill_lib.intake.schema_guard import SchemaChange, changes_line
 from backfill_lib.plan.explain import NO_PINS
 from backfill_lib.plan.model import plan_from_summary
 from backfill_lib.report.documents import RunDocument, partition_rows, run_document, write_summary
@@ -42,7 +44,6 @@ from backfill_lib.run.cleanup import staging_exists
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.run.staging import pinned
 from backfill_lib.run.staging import staged_rows as read_staged_rows
-from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.kinds import kind_for
 from backfill_lib.validate.reconcile import metric_per_partition
 
@@ -62,7 +63,7 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
                   staging_there: bool | None = None, diffs: dict[str, dict] | None = None) -> tuple[MetricPoint, ...]:
     """``metric`` per partition over the same rows before and after: every row of the partition, on the target
     as the plan saw it and as publishing the run's staging table leaves it (the strategy's
-    :meth:`~backfill_lib.strategies.base.StrategyImpl.as_published`; ``staging_there``: whether that table
+    :meth:`~backfill_lib.strategies.kinds.StrategyKind.as_published`; ``staging_there``: whether that table
     exists, if the caller knows; ``None``: asked here when needed).
 
     A row count (``count(*)``) is not recomputed when both sides are known: before from the plan's Delta-log
@@ -91,8 +92,7 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
             after_df = after_df.where(pred) if after_df is not None else None
         before = metric_per_partition(before_df, planned.partition_keys, metric)
         if after_df is not None:  # over the same rows as before: the range as publishing leaves it
-            after_df = strategy_for(planned.strategy, planned.request.publish_mode).as_published(
-                planned, before_df, after_df)
+            after_df = kind.as_published(planned, before_df, after_df)
         after = metric_per_partition(after_df, planned.partition_keys, metric) if after_df is not None else {}
     return tuple(MetricPoint(k, before.get(k), after.get(k)) for k in sorted(set(keys) | set(before) | set(after)))
 
@@ -196,6 +196,14 @@ def mart_sections(spark: SparkSession, settings: Settings, run: dict, plan: dict
     return tuple(out)
 
 
+def _schema_lines(plan: dict) -> tuple[str, ...]:
+    """A rebuild's schema changes (the plan's), as ``backfill plan`` lists them; nothing for other strategies."""
+    if not kind_for(Strategy(plan["request"]["strategy"])).whole_table:
+        return ()
+    changes = tuple(SchemaChange(**c) for c in plan.get("schema_changes") or ())
+    return (f"schema changes: {changes_line(changes, plan['request'].get('schema_changes') == 'allow')}",)
+
+
 def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | None = None) -> ReportData:
     """Everything the report shows, from a run's outcome (see :func:`ledger_outcome`) and, for a metric other
     than a known row count, the tables."""
@@ -221,7 +229,7 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         staging_line,
         zone_line(plan),
         f"sources read at (Delta version, pinned for the whole run): {_pins(plan.get('source_versions'))}",
-    ) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
+    ) + _schema_lines(plan) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
     return ReportData(
         run_id=run["run_id"],
         request_name=run["request_name"],

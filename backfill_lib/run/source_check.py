@@ -30,4 +30,4 @@ def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[Column
     # the rules read the rows as staged: a generated column the source omits computed
     check_rules(spark, plan.request, plan.request_path, with_generated(frame, plan.target_generated))
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in frame.schema.fields)
-    return strategy_for(plan.strategy).align_source(plan, columns, str(plan.request.source.sql))
+    return strategy_for(plan.strategy, plan.request.publish_mode).align_source(plan, columns, str(plan.request.source.sql))

@@ -35,22 +35,17 @@ class StrategyImpl(StrategyKind):
         :class:`~backfill_lib.core.errors.IntakeError` (or its ``SchemaMismatchError``) naming ``where`` and the
         column when they cannot be. Default: the staging reserved column is absent, and the columns align with
         the target's (only the evolutions :func:`~backfill_lib.intake.schema_guard.align` allows; a generated column
-        of the target the source omits is computed by its expression)."""
+        of the target the source omits is computed by its expression; an IDENTITY one must be supplied)."""
         check_reserved_column(plan.target_table, plan.target_columns, where, columns)
         generated = {g.name: g.expression for g in plan.target_generated}
         return align(columns, plan.target_columns, where, plan.request.keys, generated,
-                     case_sensitive=case_sensitive())
+                     case_sensitive=case_sensitive(),
+                     identity={c.name for c in plan.target_identity})
 
     def diff_scope(self, plan: BackfillPlan, current: DataFrame, staged: DataFrame) -> DataFrame:
         """The target rows the diff compares ``staged`` with, from ``current`` (the target's rows in the range at
         the planned version). Default: all of them."""
         return current
-
-    def as_published(self, plan: BackfillPlan, before: DataFrame, staged: DataFrame) -> DataFrame:
-        """The range's rows as publishing leaves them (or would), from the target's rows in range ``before`` and
-        the staged rows in range: what a report metric "after" is computed on, over the same rows as "before".
-        Default: the staged rows, which replace the range."""
-        return staged
 
     def check_batch(self, plan: BackfillPlan, batch: Batch, df: DataFrame) -> None:
         """Raise a :class:`~backfill_lib.core.errors.BackfillError` when ``df`` must not be staged. Default: accept."""

@@ -17,8 +17,9 @@ from pyspark.sql.types import DataType
 from backfill_lib.adapters.checksums import canonical_sql, is_plain
 from backfill_lib.adapters.connect_log import is_connect
 from backfill_lib.core.checks import Check
-from backfill_lib.core.errors import DuplicateKeyError, PublishError
+from backfill_lib.core.errors import DuplicateKeyError, IntakeError, PublishError
 from backfill_lib.core.partitions import quote_ident
+from backfill_lib.core.table_state import Column
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
@@ -52,6 +53,21 @@ def differs(column: str, type_: str | DataType, new: bool) -> str:
 
 
 class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
+    def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
+        """As the default; and the target has no IDENTITY column: the MERGE sets every column of a changed row, and
+        Delta refuses to update an IDENTITY column (``where`` names the source).
+
+        Raises
+        ------
+        IntakeError
+            Naming the table and the IDENTITY column; nothing is written."""
+        casts = super().align_source(plan, columns, where)
+        for c in plan.target_identity:
+            raise IntakeError(
+                f"{where}: table {plan.target_table} column {c.name} is an IDENTITY column ({c.label}): publish_mode "
+                "changes_only publishes by a MERGE that updates every column of a changed row, and Delta refuses to "
+                "update an IDENTITY column; use publish_mode: replace")
+        return casts
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """One MERGE of the staged range into the target, writing only the rows that differ (see the module

@@ -74,6 +74,12 @@ class StrategyKind:
     def describe(self, plan: BackfillPlan) -> str:
         raise NotImplementedError
 
+    def as_published(self, plan: BackfillPlan, before, staged):
+        """The range's rows as publishing leaves them (or would), from the target's rows in range ``before`` and
+        the staged rows in range (both Spark DataFrames): what a report metric "after" is computed on, over the
+        same rows as "before". Default: the staged rows, which replace the range."""
+        return staged
+
     def publish_statement(self, plan: BackfillPlan, shown: int | None = None) -> str:
         """The publishing statement, as it runs (``shown``: long ``IN`` lists shortened, for the dry run)."""
         raise NotImplementedError
@@ -153,6 +159,22 @@ class PatchKind(StrategyKind):
     name = "patch"
     kind = Strategy.PATCH
     replaces_partitions = False
+
+    def as_published(self, plan: BackfillPlan, before, staged):
+        """Without ``delete_missing``: the target's rows, each matched by a staged key (null-safe) taking the
+        staged columns' values, and the staged rows of new keys, as the MERGE writes them (a column the staged
+        rows lack keeps the target's value, NULL on an inserted row). With it: the staged rows."""
+        from pyspark.sql import functions as F  # only here: the kinds import without pyspark
+
+        if plan.request.delete_missing:
+            return staged
+        names = list(staged.columns)
+        s = staged.select(*[F.col(quote_ident(c)).alias(f"_s{i}") for i, c in enumerate(names)], F.lit(True).alias("_in"))
+        on = [before[quote_ident(k)].eqNullSafe(F.col(f"_s{names.index(k)}")) for k in plan.request.keys]
+        joined = before.join(s, on, "full_outer")
+        return joined.select(*[
+            (F.when(F.col("_in"), F.col(f"_s{names.index(c)}")).otherwise(before[quote_ident(c)]) if c in names
+             else before[quote_ident(c)]).alias(c) for c in before.columns])
 
     def merge_condition(self, plan: BackfillPlan, shown: int | None = None) -> str:
         """The MERGE's ``ON``: the null-safe keys and the planned partitions and ``target.where`` of the target ``t``."""

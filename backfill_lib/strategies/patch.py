@@ -11,7 +11,9 @@ from pyspark.sql import functions as F
 from backfill_lib.adapters.checksums import comparable
 from backfill_lib.adapters.connect_log import is_connect
 from backfill_lib.core.checks import Check
+from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partitions import quote_ident
+from backfill_lib.core.table_state import Column
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
@@ -24,6 +26,23 @@ from backfill_lib.strategies.sql_merge import merge_with_sql
 
 
 class Patch(PatchKind, StrategyImpl):
+    def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
+        """As the default; and an IDENTITY column of the target must be one of the keys: the MERGE sets every other
+        column of a matched row, and Delta refuses to update an IDENTITY column (``where`` names the source).
+
+        Raises
+        ------
+        IntakeError
+            Naming the table and the IDENTITY column that is no key; nothing is written."""
+        casts = super().align_source(plan, columns, where)
+        for c in plan.target_identity:
+            if c.name not in plan.request.keys:
+                raise IntakeError(
+                    f"{where}: table {plan.target_table} column {c.name} is an IDENTITY column ({c.label}): a patch's "
+                    "MERGE updates every column of a matched row but its keys, and Delta refuses to update an "
+                    f"IDENTITY column; add {c.name} to keys, or use strategy recompute")
+        return casts
+
     def diff_scope(self, plan: BackfillPlan, current, staged):
         """Only the target's rows with a staged key: a patch stages corrected rows for some keys and keeps every
         other row (unless ``delete_missing``, where the keys it does not stage are deleted)."""
@@ -31,20 +50,6 @@ class Patch(PatchKind, StrategyImpl):
             return current
         keys = [quote_ident(k) for k in plan.request.keys]  # quoted: a name may hold a dot
         return current.join(staged.select(*keys), [current[k].eqNullSafe(staged[k]) for k in keys], "left_semi")
-
-    def as_published(self, plan: BackfillPlan, before: DataFrame, staged: DataFrame) -> DataFrame:
-        """Without ``delete_missing``: the target's rows, each matched by a staged key (null-safe) taking the
-        staged columns' values, and the staged rows of new keys, as the MERGE writes them (a column the staged
-        rows lack keeps the target's value, NULL on an inserted row). With it: the staged rows."""
-        if plan.request.delete_missing:
-            return staged
-        names = list(staged.columns)
-        s = staged.select(*[F.col(quote_ident(c)).alias(f"_s{i}") for i, c in enumerate(names)], F.lit(True).alias("_in"))
-        on = [before[quote_ident(k)].eqNullSafe(F.col(f"_s{names.index(k)}")) for k in plan.request.keys]
-        joined = before.join(s, on, "full_outer")
-        return joined.select(*[
-            (F.when(F.col("_in"), F.col(f"_s{names.index(c)}")).otherwise(before[quote_ident(c)]) if c in names
-             else before[quote_ident(c)]).alias(c) for c in before.columns])
 
     def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
         """One MERGE: update matched rows whose values differ, insert new keys, optionally delete missing ones."""

@@ -8,7 +8,7 @@ from backfill_lib.adapters.delta_log import partition_stats
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
 from backfill_lib.core.table_state import Column
-from backfill_lib.intake.schema_guard import ColumnCast
+from backfill_lib.intake.schema_guard import ColumnCast, check_schema_changes, schema_changes
 from backfill_lib.intake.table_checks import check_columns_fit
 from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
@@ -28,8 +28,17 @@ def _literal(value: str) -> str:
 class Rebuild(RebuildKind, StrategyImpl):
     def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
         """A rebuild may change the schema: its source only has to provide the partition column (of the grain's
-        type) and the keys; its columns are taken as they are."""
+        type) and the keys; its columns are taken as they are. A change that can lose values or names (a
+        narrowed, retyped, dropped or renamed column) needs ``schema_changes: allow`` in the request.
+
+        Raises
+        ------
+        IntakeError
+            A missing partition column or key (naming ``where``); ``SchemaMismatchError`` listing every change that
+            needs ``schema_changes: allow`` when the request does not allow them. Nothing is written."""
         check_columns_fit(f"{where}: the source", columns, plan.request, data_column=plan.range_in_data)
+        check_schema_changes(schema_changes(columns, plan.target_columns), plan.request.schema_changes == "allow",
+                             plan.request_path, plan.target_table)
         return tuple(ColumnCast(c.name, c.type, False) for c in columns)
 
     def stage(self, spark: SparkSession, plan: BackfillPlan, batch: Batch, df: DataFrame, staging=None,

@@ -1,4 +1,6 @@
-"""Keys are facts: the staged rows' declared keys (the request's ``keys``) occur once each, for every strategy.
+"""Keys are facts: the staged rows' declared keys (the request's ``keys``) occur once each, for every strategy,
+and (for a strategy that writes a range) live nowhere in the target outside the range, where publishing would
+leave a second row for them.
 
 Uniqueness is null-safe, as ``groupBy`` groups (and as the diff and patch's MERGE join): two rows whose keys are
 ``(7, NULL)`` and ``(7, NULL)`` are one key twice. A key that is NULL where the target's column is ``NOT NULL`` is
@@ -14,10 +16,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from backfill_lib.core.checks import Check
+from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import quote_ident
 
 #: How many duplicated keys a failed check lists.
 LISTED_KEYS = 10
+#: How many keys found outside the range a refusal lists.
+LISTED_OUTSIDE = 5
 
 
 def duplicate_keys(df: DataFrame, keys: Sequence[str], limit: int = LISTED_KEYS) -> list[tuple[tuple, int]]:
@@ -51,3 +56,44 @@ def unique_key_checks(staged: DataFrame, keys: Sequence[str], where: str) -> lis
     observed = f"more than {LISTED_KEYS} keys" if more else f"{len(found)} key{'s' if len(found) > 1 else ''}"
     return [Check("key", name, False, None, None, f"{observed} more than once", "every key once",
                   f"duplicate keys ({', '.join(keys)}) in {where}: {listed}{more}")]
+
+
+def _free_name(name: str, taken: Sequence[str]) -> str:
+    """``name``, lengthened by ``_`` until no column of ``taken`` has it (Spark ignores case)."""
+    while name.lower() in {t.lower() for t in taken}:
+        name += "_"
+    return name
+
+
+def keys_outside(staged: DataFrame, target: DataFrame, keys: Sequence[str], inside: str,
+                 partition_keys: PartitionKeys, limit: int = LISTED_OUTSIDE) -> tuple[list[tuple[tuple, list]], int]:
+    """The staged keys that the target also holds in a row outside the range: up to ``limit`` of them (tuples of
+    ``keys``' values, NULL parts as ``None``), each with the sorted plan keys of the partitions it lives in
+    (``None`` for a NULL partition value), ordered by key; and how many such keys there are in all.
+
+    ``inside`` is the SQL predicate of the rows the run covers (the plan's :meth:`predicate`); a target row where
+    it is false or NULL is outside. Keys match null-safely, as the key audit groups them and patch's MERGE joins.
+    One semi-join of the distinct staged keys against the target's rows outside, reading only the key and
+    partition columns of the target (a second job counts them when more than ``limit`` are found)."""
+    quoted = [quote_ident(k) for k in keys]
+    p = _free_name("_p", keys)
+    outside = (target.where(~F.coalesce(F.expr(inside), F.lit(False)))
+               .select(*[F.col(k) for k in quoted], partition_keys.expr().alias(p)).alias("o"))
+    wanted = staged.select(*[F.col(k) for k in quoted]).distinct().alias("s")
+    on = [F.col(f"o.{k}").eqNullSafe(F.col(f"s.{k}")) for k in quoted]
+    found = (outside.join(wanted, on, "left_semi")
+             .groupBy(*[F.col(k) for k in quoted])
+             .agg(F.sort_array(F.collect_set(F.col(p))), F.max(F.col(p).isNull().cast("int"))))
+    rows = found.orderBy(*[F.col(k).asc_nulls_first() for k in quoted]).limit(limit + 1).collect()
+    total = len(rows) if len(rows) <= limit else found.count()
+    listed = []
+    for r in rows[:limit]:
+        # collect_set skips NULL: the second aggregate says whether the key also lives where the partition is NULL
+        parts = [partition_keys.key(v) for v in r[len(keys)]] + ([None] if r[len(keys) + 1] else [])
+        listed.append((tuple(r[:len(keys)]), parts))
+    return listed, total
+
+
+def named_key(keys: Sequence[str], key: tuple) -> str:
+    """``order_id=77``, ``order_id=7, line=NULL``: a key as a refusal names it."""
+    return ", ".join(f"{k}={'NULL' if v is None else repr(v) if isinstance(v, str) else v}" for k, v in zip(keys, key))

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from backfill_lib.adapters.delta_log import live_constraints, live_generated_columns
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
-from backfill_lib.core.errors import GateFailedError
+from backfill_lib.core.errors import GateFailedError, KeysOutsideRangeError
 from backfill_lib.core.partitions import key_order, quote_ident, range_predicate
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
@@ -34,7 +34,7 @@ from backfill_lib.validate.diff import diff_by_key
 from backfill_lib.validate.diff import evaluate as evaluate_diff
 from backfill_lib.validate.diff import target_duplicate_checks
 from backfill_lib.validate.gates import row_count_checks
-from backfill_lib.validate.key_audit import unique_key_checks
+from backfill_lib.validate.key_audit import keys_outside, named_key, unique_key_checks
 from backfill_lib.validate.metrics import compare as compare_metrics
 from backfill_lib.validate.metrics import profile, profile_aggregates, profile_of
 from backfill_lib.validate.reconcile import reconcile_batch, source_metric
@@ -53,6 +53,8 @@ class Validated:
     checks: tuple[Check, ...]
     diffs: tuple = ()
     fingerprints: dict | None = None
+    #: staged keys the target also holds outside the range: raised by :meth:`Validate.gate` once no check failed
+    outside: KeysOutsideRangeError | None = None
 
     @property
     def failures(self) -> tuple[Check, ...]:
@@ -103,20 +105,21 @@ class Validate:
         # Every audit reads the staged rows: one scan of the staging table's files, cached, serves them all.
         rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            checks, diffs, fingerprints = self._audit(plan, runner, scope, whole, rows, reporter, sources)
+            checks, diffs, fingerprints, outside = self._audit(plan, runner, scope, whole, rows, reporter, sources)
         finally:
             rows.unpersist()
         impl = strategy_for(plan.strategy, plan.request.publish_mode)
         if impl.replaces_partitions:
             checks += target_duplicate_checks(diffs, staged.rows, replaces=impl.removes_repeated_keys)
-        return Validated(tuple(self._gate_row_counts(plan, staged.rows) + checks), tuple(diffs), fingerprints)
+        return Validated(tuple(self._gate_row_counts(plan, staged.rows) + checks), tuple(diffs), fingerprints,
+                         outside)
 
     def _audit(self, plan: BackfillPlan, runner: SuiteRunner | None, scope: Batch, whole: bool, staged: DataFrame,
                reporter: Reporter, sources: SourceSides) -> tuple[list[Check], list, dict | None]:
         # Independent read-only audits all run at once (the FAIR pool shares the cluster between them): on small
         # ranges each is mostly fixed Spark latency, which overlaps; one waiting for a thread would only add its own.
-        # + 4: diff, checksums, keys, constraints
-        audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 4
+        # + 5: diff, checksums, keys, keys outside the range, constraints
+        audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 5
         replaces = strategy_for(plan.strategy).replaces_partitions
         # Every per-partition aggregate of the staged rows (checksums, the rules' staged metrics) in one Spark
         # job: registered here, before any audit thread reads them back (the first to read runs the job).
@@ -148,12 +151,14 @@ class Validate:
                                                                          r.metrics)))
             audits.append(submit(unique_key_checks, staged, plan.request.keys, plan.staging_table))
             audits.append(submit(self._constraints, plan, staged))
+            elsewhere = None if whole else submit(self._keys_outside, plan, staged)
             diffed = submit(self._diff, plan, staged, whole)
             summed = (submit(lambda: fingerprints_of(shared.rows(fingerprinted), plan.partition_keys))
                       if fingerprinted is not None else None)
             checks: list[Check] = [c for a in audits for c in a.result()]
             diffs = diffed.result()
             fingerprints = summed.result() if summed else None
+            outside = elsewhere.result() if elsewhere is not None else None
         if plan.request.diff_gate is not None:
             checks += evaluate_diff(diffs, plan.request.diff_gate)
         batch_of = {k: b.index for b in plan.batches for k in b.keys}
@@ -161,7 +166,7 @@ class Validate:
         self.ledger.record_diffs(plan.run_id, diffs.values())
         passed = sum(c.success for c in checks)
         reporter.stage(f"validated: {passed} of {len(checks)} checks passed")
-        return checks, list(diffs.values()), fingerprints
+        return checks, list(diffs.values()), fingerprints, outside
 
     def _gate_row_counts(self, plan: BackfillPlan, rows: dict[str, int]) -> list[Check]:
         if not strategy_for(plan.strategy).replaces_partitions:
@@ -186,6 +191,29 @@ class Validate:
         generated = () if plan.strategy.whole_table else live_generated_columns(self.spark, plan.target_table)
         return constraint_checks(staged, applicable(constraints, plan.strategy, plan.request.keys),
                                  plan.partition_keys, plan.staging_table, generated)
+
+    def _keys_outside(self, plan: BackfillPlan, staged: DataFrame) -> KeysOutsideRangeError | None:
+        """The refusal of a run whose staged key lives in the target (at the planned version) outside the range
+        (publishing writes only the range, so the table would hold that key twice), or ``None``: a
+        :class:`KeysOutsideRangeError` naming up to :data:`~backfill_lib.validate.key_audit.LISTED_OUTSIDE` keys
+        (``order_id=77``) and the partitions outside the range where each lives, and how many keys in all.
+        """
+        keys = plan.request.keys
+        target = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
+        listed, total = keys_outside(staged, target, keys, plan.predicate(), plan.partition_keys)
+        if not total:
+            return None
+        named = "; ".join(
+            f"{named_key(keys, key)} in partition{'s' if len(parts) > 1 else ''} "
+            f"{', '.join('NULL' if p is None else p for p in parts)}" for key, parts in listed)
+        more = f"; and {total - len(listed)} more" if total > len(listed) else ""
+        where = "" if plan.where is None else " and target.where"
+        return KeysOutsideRangeError(
+            f"{plan.target_table}: {total} staged key{'s' if total > 1 else ''} ({', '.join(keys)}) "
+            f"{'live' if total > 1 else 'lives'} in the target outside the run's range [{plan.range_start}, "
+            f"{plan.range_end}){where} too: {named}{more}; publishing writes only the range and would leave a "
+            "second row for each, so nothing was published (widen the range to those partitions, or remove the "
+            "old rows first)")
 
     def _metric_rule(self, plan: BackfillPlan, batch: Batch, rule, staged: DataFrame, whole: bool,
                      source: Future, staged_profile=None) -> list[Check]:
@@ -213,15 +241,21 @@ class Validate:
                            corrected_columns=corrected)
 
     def gate(self, plan: BackfillPlan, record: dict, validated: Validated) -> None:
-        """Block publishing when a check failed: record the failed partitions and the run ``failed``.
+        """Block publishing when a check failed (record the failed partitions and the run ``failed``), or when a
+        staged key lives outside the range.
 
         Raises
         ------
         GateFailedError
             Naming how many checks failed on how many partitions, and the first; the target is untouched.
+        KeysOutsideRangeError
+            When every check passed but a staged key lives in the target outside the range (exit 2); the target
+            is untouched.
         """
         failures = list(validated.failures)
         if not failures:
+            if validated.outside is not None:
+                raise validated.outside
             return
         by_partition: dict[str, list[Check]] = {}
         for c in failures:

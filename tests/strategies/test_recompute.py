@@ -60,7 +60,8 @@ def test_recompute_replaces_exactly_the_range_in_one_commit(spark, settings, db,
 def test_each_published_partition_is_one_file_however_staging_split_the_rows(spark, settings, db, tmp_path):
     # The source shuffles by id into 2 tasks, so both staging files hold rows of both days; read as they are,
     # each publishing task would write its own file into every day.
-    wide = [(i, D9, i) for i in range(1, 9)] + [(i, D10, i) for i in range(11, 19)]
+    # ids from 3: the target holds ids 1 and 2 on 2024-03-08, outside the range (a refusal, test_keys_outside_range)
+    wide = [(i, D9, i) for i in range(3, 11)] + [(i, D10, i) for i in range(11, 19)]
     make_events(spark, db, wide)
     sql = (f"SELECT /*+ REPARTITION(2, id) */ id, dt, v * 10 AS v FROM {db}.events_src "
            "WHERE dt >= :range_start AND dt < :range_end")

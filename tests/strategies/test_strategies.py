@@ -107,7 +107,8 @@ def test_recompute_one_partition_among_three(spark, settings, db, tmp_path):
     table(spark, f"{db}.t", ID_DT_AMT, [(1, D8, 0), (2, D8, 0)] + [(i, D9, 0) for i in range(3, 6)]
           + [(i, D10, 0) for i in range(6, 10)])
     sql = "SELECT CAST(id AS INT) AS id, DATE'2024-03-10' AS dt, 1 AS amt FROM range(5)"
-    run(spark, settings, request(tmp_path, f"{db}.t", sql, start=D10, end=D10))
+    # keys (id, dt): ids 0..4 live on other days too, which keys (id) refuses (test_keys_outside_range.py)
+    run(spark, settings, request(tmp_path, f"{db}.t", sql, start=D10, end=D10, keys=("id", "dt")))
     counts = {r.dt: r["count"] for r in spark.table(f"{db}.t").groupBy("dt").count().collect()}
     assert counts == {D8: 2, D9: 3, D10: 5}
 
@@ -117,7 +118,7 @@ def test_the_post_publish_check_reads_the_commit_from_the_log_and_falls_back_to_
     # files it removed per partition. Anything the log cannot prove sends the check to the data, read back.
     table(spark, f"{db}.t", ID_DT_AMT, [(1, D8, 0), (2, D9, 0)])
     sql = "SELECT CAST(id AS INT) AS id, DATE'2024-03-09' AS dt, 7 AS amt FROM range(3)"
-    result = run(spark, settings, request(tmp_path, f"{db}.t", sql))
+    result = run(spark, settings, request(tmp_path, f"{db}.t", sql, keys=("id", "dt")))  # id 1 also lives on 03-08
     plan, version = result.plan, result.published_version
     staged = staged_fingerprints(spark, plan, plan.predicate())
     rows, checksum = staged["2024-03-09"]
@@ -160,7 +161,7 @@ def test_schema_guard_names_column_and_types_then_accepts_a_new_column(spark, se
 def test_rebuild_swaps_atomically_and_readers_see_old_or_new(spark, settings, db, tmp_path, runner):
     table(spark, f"{db}.t", ID_DT_AMT, [(i, D9, i) for i in range(3)])
     sql = "SELECT CAST(id AS INT) AS id, DATE'2024-03-09' + CAST(id % 2 AS INT) AS dt, CAST(id AS STRING) AS label FROM range(7)"
-    path = request(tmp_path, f"{db}.t", sql, "rebuild", start=None)
+    path = request(tmp_path, f"{db}.t", sql, "rebuild", start=None, schema_changes="allow")  # amt dropped
     plan, state = prepare(spark, settings, path)
     seen, stop = set(), threading.Event()
 

@@ -198,7 +198,8 @@ def test_rebuild_keeps_check_constraints_and_not_null_keys(spark, settings, db, 
 
 
 def test_constraints_that_hold_pass_and_publish(spark, settings, db, tmp_path):
-    orders(spark, db, [(7, 1, D9, 1), (8, 2, D9, 2)],
+    # order 9, not 8: the target holds order 8 on 2024-03-10, outside the range (a refusal, test_keys_outside_range)
+    orders(spark, db, [(7, 1, D9, 1), (9, 2, D9, 2)],
            target_ddl=f"CREATE TABLE {db}.orders (order_id INT, line INT NOT NULL, dt DATE, v INT NOT NULL) "
                       "USING delta PARTITIONED BY (dt)")
     spark.sql(f"ALTER TABLE {db}.orders ADD CONSTRAINT non_negative CHECK (v >= 0)")

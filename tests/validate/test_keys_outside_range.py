@@ -1,0 +1,104 @@
+"""Issue 43 item 1: a staged key the target also holds outside the run's range (the event date was wrong, the
+corrected row moves into the range) is refused before publishing, exit 2, naming the keys and their partitions;
+publishing writes only the range, so it would leave the key twice."""
+
+from datetime import date
+
+import pytest
+from chispa import assert_df_equality
+
+from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.cli import main
+from backfill_lib.core.errors import KeysOutsideRangeError
+from backfill_lib.runner import prepare
+from tests.conftest import quiet_runner, write_request
+
+M20, M21, J1, J2, J3, J5 = (date(2024, 5, 20), date(2024, 5, 21), date(2024, 6, 1), date(2024, 6, 2),
+                            date(2024, 6, 3), date(2024, 6, 5))
+ORDERS = "order_id INT, dt DATE, v INT"
+
+
+def run(spark, settings, path):
+    plan, state = prepare(spark, settings, path)
+    return quiet_runner(spark, settings).run(plan, state)
+
+
+def orders(spark, db, target, source):
+    """``db.orders`` (``target``) and ``db.orders_src`` (``source``), both partitioned by dt."""
+    spark.createDataFrame(target, ORDERS).write.format("delta").partitionBy("dt").saveAsTable(f"{db}.orders")
+    spark.createDataFrame(source, ORDERS).write.format("delta").partitionBy("dt").saveAsTable(f"{db}.orders_src")
+
+
+def request(tmp_path, db, strategy, keys=("order_id",), **extra):
+    (tmp_path / "src.sql").write_text(
+        f"SELECT * FROM {db}.orders_src WHERE dt >= :range_start AND dt < :range_end")
+    return write_request(
+        tmp_path / "req.yml", owner="ana@example.com", reason="TEST-43: a key crosses the range edge",
+        strategy=strategy, target={"table": f"{db}.orders", "partition_column": "dt", "grain": "day"},
+        range={"start": J1.isoformat(), "end": J3.isoformat()}, time_zone="UTC",
+        source={"sql": str(tmp_path / "src.sql")}, keys=list(keys), **extra)
+
+
+def test_patch_moving_a_key_into_the_range_from_outside_is_refused_naming_it(spark, settings, db, tmp_path, capsys):
+    # order 77 was filed on 2024-05-20; its corrected row falls on 2024-06-02, inside the range
+    orders(spark, db, [(77, M20, 1), (78, J1, 2)], [(77, J2, 10), (78, J1, 20)])
+    path = request(tmp_path, db, "patch")
+    before = current_version(spark, f"{db}.orders")
+    message = (f"{db}.orders: 1 staged key (order_id) lives in the target outside the run's range "
+               "[2024-06-01, 2024-06-04) too: order_id=77 in partition 2024-05-20; publishing writes only the range "
+               "and would leave a second row for each, so nothing was published (widen the range to those "
+               "partitions, or remove the old rows first)")
+    with pytest.raises(KeysOutsideRangeError) as err:
+        run(spark, settings, path)
+    assert str(err.value) == message
+    assert current_version(spark, f"{db}.orders") == before
+
+    assert main(["run", str(path)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
+    assert current_version(spark, f"{db}.orders") == before
+    assert_df_equality(spark.table(f"{db}.orders"), spark.createDataFrame([(77, M20, 1), (78, J1, 2)], ORDERS),
+                       ignore_row_order=True)
+
+
+def test_recompute_names_five_keys_their_partitions_and_the_count(spark, settings, db, tmp_path):
+    # keys 71..77 live after the range (77 in two partitions); the recompute stages all of them on 2024-06-01
+    outside = [(k, J5, 0) for k in range(71, 78)] + [(77, M21, 0)]
+    orders(spark, db, outside + [(80, J1, 0)], [(k, J1, 1) for k in (*range(71, 78), 80)])
+    before = current_version(spark, f"{db}.orders")
+    with pytest.raises(KeysOutsideRangeError) as err:
+        run(spark, settings, request(tmp_path, db, "recompute"))
+    assert str(err.value).startswith(
+        f"{db}.orders: 7 staged keys (order_id) live in the target outside the run's range [2024-06-01, 2024-06-04) "
+        "too: order_id=71 in partition 2024-06-05; order_id=72 in partition 2024-06-05; order_id=73 in partition "
+        "2024-06-05; order_id=74 in partition 2024-06-05; order_id=75 in partition 2024-06-05; and 2 more; ")
+    assert current_version(spark, f"{db}.orders") == before
+
+
+def test_recompute_names_every_partition_outside_where_a_key_lives(spark, settings, db, tmp_path):
+    orders(spark, db, [(77, M20, 0), (77, M21, 0), (77, J5, 0)], [(77, J2, 1)])
+    with pytest.raises(KeysOutsideRangeError) as err:
+        run(spark, settings, request(tmp_path, db, "recompute"))
+    assert ": order_id=77 in partitions 2024-05-20, 2024-05-21, 2024-06-05; publishing" in str(err.value)
+    assert current_version(spark, f"{db}.orders") == 0
+
+
+def test_keys_that_hold_the_partition_column_are_distinct_outside_the_range(spark, settings, db, tmp_path):
+    # (order_id, dt): order 77 on 2024-05-20 is another key than order 77 on 2024-06-02; both rows stay
+    orders(spark, db, [(77, M20, 1), (78, J1, 2)], [(77, J2, 10), (78, J1, 20)])
+    result = run(spark, settings, request(tmp_path, db, "recompute", keys=("order_id", "dt")))
+    assert result.status == "published"
+    assert current_version(spark, f"{db}.orders") == 1
+    assert_df_equality(spark.table(f"{db}.orders"),
+                       spark.createDataFrame([(77, M20, 1), (77, J2, 10), (78, J1, 20)], ORDERS), ignore_row_order=True)
+
+
+@pytest.mark.parametrize("strategy", ["patch", "recompute"])
+def test_a_key_moved_within_the_range_publishes_once(spark, settings, db, tmp_path, strategy):
+    # order 77 moves from 2024-06-01 to 2024-06-02, both inside the range; order 90 lives outside, not staged
+    orders(spark, db, [(77, J1, 1), (90, M20, 9)], [(77, J2, 10)])
+    # 2024-06-01 empties: a recompute's row-count gate would stop it
+    result = run(spark, settings, request(tmp_path, db, strategy, gates={"allow_row_loss": True}))
+    assert result.status == "published"
+    assert current_version(spark, f"{db}.orders") == 1
+    assert_df_equality(spark.table(f"{db}.orders"), spark.createDataFrame([(77, J2, 10), (90, M20, 9)], ORDERS),
+                       ignore_row_order=True)
