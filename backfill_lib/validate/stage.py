@@ -199,6 +199,8 @@ class Validate:
         (``order_id=77``) and the partitions outside the range where each lives, and how many keys in all.
         """
         keys = plan.request.keys
+        if plan.where is None and {c.lower() for c in plan.partition_keys.columns} <= {k.lower() for k in keys}:
+            return None  # a key holds its partition's value: no row outside the range can have it (no read)
         target = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
         listed, total = keys_outside(staged, target, keys, plan.predicate(), plan.partition_keys)
         if not total:
