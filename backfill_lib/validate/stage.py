@@ -193,23 +193,26 @@ class Validate:
                                  plan.partition_keys, plan.staging_table, generated)
 
     def _keys_outside(self, plan: BackfillPlan, staged: DataFrame) -> KeysOutsideRangeError | None:
-        """The refusal of a run whose staged key lives in the target (at the planned version) outside the range
-        (publishing writes only the range, so the table would hold that key twice), or ``None``: a
+        """The refusal of a run whose staged key lives in the target (at the planned version) outside the range,
+        within the slice ``target.where`` selects when the request has one (publishing writes only the range, so
+        the table would hold that key twice), or ``None``: a
         :class:`KeysOutsideRangeError` naming up to :data:`~backfill_lib.validate.key_audit.LISTED_OUTSIDE` keys
         (``order_id=77``) and the partitions outside the range where each lives, and how many keys in all.
         """
         keys = plan.request.keys
-        if plan.where is None and {c.lower() for c in plan.partition_keys.columns} <= {k.lower() for k in keys}:
+        if {c.lower() for c in plan.partition_keys.columns} <= {k.lower() for k in keys}:
             return None  # a key holds its partition's value: no row outside the range can have it (no read)
         target = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
-        listed, total = keys_outside(staged, target, keys, plan.predicate(), plan.partition_keys)
+        if plan.where is not None:  # target.where selects the slice the request backfills; keys hold within it
+            target = target.where(F.coalesce(F.expr(f"({plan.where.sql})"), F.lit(False)))
+        listed, total = keys_outside(staged, target, keys, plan.partition_predicate(), plan.partition_keys)
         if not total:
             return None
         named = "; ".join(
             f"{named_key(keys, key)} in partition{'s' if len(parts) > 1 else ''} "
             f"{', '.join('NULL' if p is None else p for p in parts)}" for key, parts in listed)
         more = f"; and {total - len(listed)} more" if total > len(listed) else ""
-        where = "" if plan.where is None else " and target.where"
+        where = "" if plan.where is None else f" (within target.where: {plan.where.text})"
         return KeysOutsideRangeError(
             f"{plan.target_table}: {total} staged key{'s' if total > 1 else ''} ({', '.join(keys)}) "
             f"{'live' if total > 1 else 'lives'} in the target outside the run's range [{plan.range_start}, "

@@ -276,12 +276,13 @@ def test_patch_of_a_year_month_day_table_then_rollback_and_a_rebuild(spark, sett
     from backfill_lib.cli import main
 
     make_events(spark, db)
-    # id 5 lives on 2024-02-09: the staged id 5 of 2024-03-09 must not match it (the MERGE matches on y, m, d too)
-    patch = parts_file(tmp_path, db, "SELECT * FROM VALUES (2, 2024, 3, 9, 200), (5, 2024, 3, 9, 500) "
+    # id 2 is updated on 2024-03-09, id 6 inserted there; the other days are untouched (a staged id 5, which
+    # lives on 2024-02-09, would be refused: tests/validate/test_keys_outside_range.py)
+    patch = parts_file(tmp_path, db, "SELECT * FROM VALUES (2, 2024, 3, 9, 200), (6, 2024, 3, 9, 500) "
                                      "AS s(id, y, m, d, v)", strategy="patch")
     result = run(spark, settings, patch)
     assert result.status == "published"
-    expected = [(1, 2024, 3, 8, 1), (2, 2024, 3, 9, 200), (3, 2024, 3, 9, 3), (5, 2024, 3, 9, 500),
+    expected = [(1, 2024, 3, 8, 1), (2, 2024, 3, 9, 200), (3, 2024, 3, 9, 3), (6, 2024, 3, 9, 500),
                 (4, 2024, 3, 10, 4), (5, 2024, 2, 9, 5)]
     assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, SCHEMA),
                        ignore_row_order=True, ignore_nullable=True)
