@@ -109,6 +109,12 @@ class PinnedRows:
         with self._lock:
             self._batches[condition] = rows
 
+    @property
+    def holds_rows(self) -> bool:
+        """Whether a batch has been pinned yet (no DataFrame is built to tell)."""
+        with self._lock:
+            return bool(self._batches)
+
     def rows(self) -> DataFrame | None:
         """Every pinned batch's rows (``_backfill_batch`` kept), or ``None`` before the first batch."""
         with self._lock:
@@ -130,7 +136,8 @@ def pin_staging(name: str) -> PinnedRows:
 def pinned(name: str | None) -> bool:
     """Whether this process holds pinned rows under the staging table name ``name``."""
     with _PINNED_LOCK:
-        return name in _PINNED and _PINNED[name].rows() is not None
+        held = _PINNED.get(name)
+    return held is not None and held.holds_rows
 
 
 def release_pinned(name: str) -> None:
