@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 from functools import reduce
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
@@ -28,6 +28,8 @@ from backfill_lib.core.errors import BackfillError, IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys, keys_of
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.rules import DiffGate
+
+T = TypeVar("T")
 
 #: how many changed rows a partition's diff keeps as samples: the key hash's buckets, one row from each
 SAMPLE_BUCKETS = 4
@@ -109,6 +111,22 @@ def diff_by_key(
     *,
     corrected_columns: Sequence[str] = (),
 ) -> dict[str, PartitionDiff]:
+    """Diff ``staged`` against ``current`` by ``keys``, per partition, comparing narrow row hashes: the diffs of
+    :func:`diff_with_inserted`, without the inserted keys."""
+    return diff_with_inserted(staged, current, keys, partition_column, value_columns,
+                              corrected_columns=corrected_columns)[0]
+
+
+def diff_with_inserted(
+    staged: DataFrame,
+    current: DataFrame,
+    keys: Sequence[str],
+    partition_column: str | PartitionKeys,
+    value_columns: Sequence[str] | None = None,
+    *,
+    corrected_columns: Sequence[str] = (),
+    inserted: Callable[[DataFrame, int], T] | None = None,
+) -> tuple[dict[str, PartitionDiff], T | None]:
     """Diff ``staged`` against ``current`` by ``keys``, per partition, comparing narrow row hashes.
 
     Both sides are read as ``(key, row hash)``, the hash over the value columns in the canonical form of
@@ -136,10 +154,16 @@ def diff_by_key(
     corrected_columns : sequence of str
         The columns the backfill is meant to change; see :attr:`PartitionDiff.updated_outside`.
 
+    inserted : callable, optional
+        Called, when some key is inserted, with a DataFrame of the inserted keys (one row per inserted key and
+        partition, columns ``keys`` as given, without the partition columns the diff adds) and how many rows it
+        has; the DataFrame is read from the diff's own per-key rows, so asking it reads neither side again.
+
     Returns
     -------
-    dict of str to PartitionDiff
-        One entry per partition that has rows on either side.
+    tuple
+        One :class:`PartitionDiff` per partition that has rows on either side, by partition key; and what
+        ``inserted`` returned (``None`` when no key was inserted or no ``inserted`` was given).
 
     Raises
     ------
@@ -148,6 +172,7 @@ def diff_by_key(
         type holds (the message names the column and side).
     """
     keying = keys_of(partition_column)
+    asked = list(keys)
     keys = list(dict.fromkeys([*keys, *keying.columns]))
     if value_columns is None:
         value_columns = [c for c in current.columns if c not in keys]
@@ -172,6 +197,11 @@ def diff_by_key(
               for b in range(SAMPLE_BUCKETS)]).collect()
         chosen = {(r["partition"], r[f"x{b}"]) for r in counted for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
         updated = sum(r["updated"] for r in counted)
+        added = sum(r["inserted"] for r in counted)
+        found = None
+        if inserted is not None and added:
+            found = inserted(per_key.where(F.col("inserted") > 0)
+                             .select(*[F.col(f"k{keys.index(k)}").alias(k) for k in asked]), added)
         if chosen:  # every updated key's partition has a sample: no sample, no update
             rows = _restricted(both, per_key, ks, vs, chosen, updated)
             try:
@@ -200,7 +230,7 @@ def diff_by_key(
             c["updated_outside"] if c else 0,
             tuple(sorted(samples.get(r["partition"], []), key=lambda x: x["h"])),
         )
-    return out
+    return out, found
 
 
 def _both_sides(staged: DataFrame, current: DataFrame, keys: list[str], value_columns: Sequence[str]) -> DataFrame:

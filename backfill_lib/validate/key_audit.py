@@ -65,21 +65,25 @@ def _free_name(name: str, taken: Sequence[str]) -> str:
     return name
 
 
-def keys_outside(staged: DataFrame, target: DataFrame, keys: Sequence[str], inside: str,
-                 partition_keys: PartitionKeys, limit: int = LISTED_OUTSIDE) -> tuple[list[tuple[tuple, list]], int]:
-    """The staged keys that the target also holds in a row outside the range: up to ``limit`` of them (tuples of
-    ``keys``' values, NULL parts as ``None``), each with the sorted plan keys of the partitions it lives in
-    (``None`` for a NULL partition value), ordered by key; and how many such keys there are in all.
+def keys_outside(wanted: DataFrame, target: DataFrame, keys: Sequence[str], inside: str,
+                 partition_keys: PartitionKeys, few: bool = False,
+                 limit: int = LISTED_OUTSIDE) -> tuple[list[tuple[tuple, list]], int]:
+    """The keys of ``wanted`` (its columns ``keys``; repeats allowed) that the target also holds in a row outside
+    the range: up to ``limit`` of them (tuples of ``keys``' values, NULL parts as ``None``), each with the sorted
+    plan keys of the partitions it lives in (``None`` for a NULL partition value), ordered by key; and how many
+    such keys there are in all.
 
     ``inside`` is the SQL predicate of the rows the run covers (the plan's :meth:`predicate`); a target row where
     it is false or NULL is outside. Keys match null-safely, as the key audit groups them and patch's MERGE joins.
-    One semi-join of the distinct staged keys against the target's rows outside, reading only the key and
-    partition columns of the target (a second job counts them when more than ``limit`` are found)."""
+    One semi-join of ``wanted`` against the target's rows outside, reading only the key and partition columns of
+    the target; ``few`` broadcasts ``wanted`` to that scan (no shuffle of the target's rows). A second job counts
+    the keys when more than ``limit`` are found."""
     quoted = [quote_ident(k) for k in keys]
     p = _free_name("_p", keys)
     outside = (target.where(~F.coalesce(F.expr(inside), F.lit(False)))
                .select(*[F.col(k) for k in quoted], partition_keys.expr().alias(p)).alias("o"))
-    wanted = staged.select(*[F.col(k) for k in quoted]).distinct().alias("s")
+    wanted = wanted.select(*[F.col(k) for k in quoted])
+    wanted = (F.broadcast(wanted) if few else wanted.distinct()).alias("s")
     on = [F.col(f"o.{k}").eqNullSafe(F.col(f"s.{k}")) for k in quoted]
     found = (outside.join(wanted, on, "left_semi")
              .groupBy(*[F.col(k) for k in quoted])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -26,11 +27,11 @@ from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.plan.source_pins import read_table
 from backfill_lib.run.ledger import Ledger
 from backfill_lib.run.stage import Staged
-from backfill_lib.run.staging import staged_rows
+from backfill_lib.run.staging import pinned, staged_rows
 from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.base import fingerprint_aggregates, fingerprints_of
 from backfill_lib.validate.constraints import applicable, constraint_checks
-from backfill_lib.validate.diff import diff_by_key
+from backfill_lib.validate.diff import BROADCAST_KEYS, diff_with_inserted
 from backfill_lib.validate.diff import evaluate as evaluate_diff
 from backfill_lib.validate.diff import target_duplicate_checks
 from backfill_lib.validate.gates import row_count_checks
@@ -103,11 +104,15 @@ class Validate:
         if not whole:
             rows = rows.where(plan.predicate())
         # Every audit reads the staged rows: one scan of the staging table's files, cached, serves them all.
-        rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        # Pinned rows are already held in the session: a second copy would only cost a pass over them.
+        cached = not pinned(plan.staging_table)
+        if cached:
+            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             checks, diffs, fingerprints, outside = self._audit(plan, runner, scope, whole, rows, reporter, sources)
         finally:
-            rows.unpersist()
+            if cached:
+                rows.unpersist()
         impl = strategy_for(plan.strategy, plan.request.publish_mode)
         if impl.replaces_partitions:
             checks += target_duplicate_checks(diffs, staged.rows, replaces=impl.removes_repeated_keys)
@@ -118,8 +123,8 @@ class Validate:
                reporter: Reporter, sources: SourceSides) -> tuple[list[Check], list, dict | None]:
         # Independent read-only audits all run at once (the FAIR pool shares the cluster between them): on small
         # ranges each is mostly fixed Spark latency, which overlaps; one waiting for a thread would only add its own.
-        # + 5: diff, checksums, keys, keys outside the range, constraints
-        audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 5
+        # + 4: diff (and keys outside the range), checksums, keys, constraints
+        audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 4
         replaces = strategy_for(plan.strategy).replaces_partitions
         # Every per-partition aggregate of the staged rows (checksums, the rules' staged metrics) in one Spark
         # job: registered here, before any audit thread reads them back (the first to read runs the job).
@@ -151,14 +156,12 @@ class Validate:
                                                                          r.metrics)))
             audits.append(submit(unique_key_checks, staged, plan.request.keys, plan.staging_table))
             audits.append(submit(self._constraints, plan, staged))
-            elsewhere = None if whole else submit(self._keys_outside, plan, staged)
             diffed = submit(self._diff, plan, staged, whole)
             summed = (submit(lambda: fingerprints_of(shared.rows(fingerprinted), plan.partition_keys))
                       if fingerprinted is not None else None)
             checks: list[Check] = [c for a in audits for c in a.result()]
-            diffs = diffed.result()
+            diffs, outside = diffed.result()
             fingerprints = summed.result() if summed else None
-            outside = elsewhere.result() if elsewhere is not None else None
         if plan.request.diff_gate is not None:
             checks += evaluate_diff(diffs, plan.request.diff_gate)
         batch_of = {k: b.index for b in plan.batches for k in b.keys}
@@ -192,20 +195,24 @@ class Validate:
         return constraint_checks(staged, applicable(constraints, plan.strategy, plan.request.keys),
                                  plan.partition_keys, plan.staging_table, generated)
 
-    def _keys_outside(self, plan: BackfillPlan, staged: DataFrame) -> KeysOutsideRangeError | None:
-        """The refusal of a run whose staged key lives in the target (at the planned version) outside the range,
-        within the slice ``target.where`` selects when the request has one (publishing writes only the range, so
-        the table would hold that key twice), or ``None``: a
-        :class:`KeysOutsideRangeError` naming up to :data:`~backfill_lib.validate.key_audit.LISTED_OUTSIDE` keys
-        (``order_id=77``) and the partitions outside the range where each lives, and how many keys in all.
+    def _keys_outside(self, plan: BackfillPlan, inserted: DataFrame, count: int) -> KeysOutsideRangeError | None:
+        """The refusal of a run whose inserted key (``inserted``: the diff's keys staged where the target did not
+        hold them, ``count`` rows) lives in the target (at the planned version) outside the range, within the
+        slice ``target.where`` selects when the request has one (publishing writes only the range, so the table
+        would hold that key twice), or ``None``: a :class:`KeysOutsideRangeError` naming up to
+        :data:`~backfill_lib.validate.key_audit.LISTED_OUTSIDE` keys (``order_id=77``) and the partitions outside
+        the range where each lives, and how many keys in all.
+
+        Only inserted keys are looked for: a key the target already held at the same partition inside the range
+        is rewritten in place, so the run adds no row for it anywhere (a target that already held it outside too
+        held it twice before the run). A recompute that changes no key reads nothing here.
         """
         keys = plan.request.keys
-        if {c.lower() for c in plan.partition_keys.columns} <= {k.lower() for k in keys}:
-            return None  # a key holds its partition's value: no row outside the range can have it (no read)
         target = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
         if plan.where is not None:  # target.where selects the slice the request backfills; keys hold within it
             target = target.where(F.coalesce(F.expr(f"({plan.where.sql})"), F.lit(False)))
-        listed, total = keys_outside(staged, target, keys, plan.partition_predicate(), plan.partition_keys)
+        listed, total = keys_outside(inserted, target, keys, plan.partition_predicate(), plan.partition_keys,
+                                     few=count <= BROADCAST_KEYS)
         if not total:
             return None
         named = "; ".join(
@@ -230,20 +237,25 @@ class Validate:
         keys = sorted(set(src) | set(stg), key=key_order) if whole else list(batch.keys)
         return compare_metrics(src, stg, rule.metrics, keys, rule.name, batch.index)
 
-    def _diff(self, plan: BackfillPlan, staged: DataFrame, whole: bool) -> dict:
+    def _diff(self, plan: BackfillPlan, staged: DataFrame, whole: bool) -> tuple[dict, KeysOutsideRangeError | None]:
         """Staged rows against the target's rows as the plan read them (time travel to its version), by key, over
-        the range (the whole table when ``whole``), scoped by the strategy (a patch compares the keys it stages)."""
+        the range (the whole table when ``whole``), scoped by the strategy (a patch compares the keys it stages);
+        and the refusal of :meth:`_keys_outside` for the keys the diff found inserted, or ``None``."""
         current = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
         if not whole:
             current = current.where(plan.predicate())
         current = strategy_for(plan.strategy).diff_scope(plan, current, staged)
         shared = [c for c in current.columns if c in staged.columns]
         if any(k not in shared for k in plan.request.keys):
-            return {}  # a rebuild that renamed a key: nothing to compare by key
+            return {}, None  # a rebuild that renamed a key: nothing to compare by key
         corrected = plan.request.diff_gate.allowed_changed_columns if plan.request.diff_gate else ()
+        # Keys that hold the partition's value cannot live outside the range: no read for them.
+        keyed_by_partition = ({c.lower() for c in plan.partition_keys.columns}
+                              <= {k.lower() for k in plan.request.keys})
+        outside = None if whole or keyed_by_partition else partial(self._keys_outside, plan)
         shared = [quote_ident(c) for c in shared]
-        return diff_by_key(staged.select(*shared), current.select(*shared), plan.request.keys, plan.partition_keys,
-                           corrected_columns=corrected)
+        return diff_with_inserted(staged.select(*shared), current.select(*shared), plan.request.keys,
+                                  plan.partition_keys, corrected_columns=corrected, inserted=outside)
 
     def gate(self, plan: BackfillPlan, record: dict, validated: Validated) -> None:
         """Block publishing when a check failed (record the failed partitions and the run ``failed``), or when a

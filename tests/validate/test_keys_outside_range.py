@@ -102,3 +102,21 @@ def test_a_key_moved_within_the_range_publishes_once(spark, settings, db, tmp_pa
     assert current_version(spark, f"{db}.orders") == 1
     assert_df_equality(spark.table(f"{db}.orders"), spark.createDataFrame([(77, J2, 10), (90, M20, 9)], ORDERS),
                        ignore_row_order=True)
+
+
+def test_a_key_rewritten_in_place_is_not_looked_for_outside(spark, settings, db, tmp_path):
+    # The target already held order 77 twice (2024-06-01 and 2024-05-20) before the run. The recompute rewrites
+    # 77 where it was, adding no row for it, so the run publishes and leaves the row outside the range alone;
+    # order 78, new on 2024-06-02 and living on 2024-05-21, is still refused. Only keys the run inserts can
+    # land a second row.
+    orders(spark, db, [(77, J1, 1), (77, M20, 2)], [(77, J1, 10)])
+    result = run(spark, settings, request(tmp_path, db, "recompute"))
+    assert result.status == "published"
+    assert_df_equality(spark.table(f"{db}.orders"), spark.createDataFrame([(77, J1, 10), (77, M20, 2)], ORDERS),
+                       ignore_row_order=True)
+    spark.createDataFrame([(78, M21, 3)], ORDERS).write.format("delta").mode("append").saveAsTable(f"{db}.orders")
+    spark.createDataFrame([(78, J2, 30)], ORDERS).write.format("delta").mode("append").saveAsTable(f"{db}.orders_src")
+    with pytest.raises(KeysOutsideRangeError) as err:
+        run(spark, settings, request(tmp_path, db, "recompute"))
+    assert ": 1 staged key (order_id) lives in the target outside the run's range [2024-06-01, 2024-06-04) too: " \
+           "order_id=78 in partition 2024-05-21; publishing" in str(err.value)
