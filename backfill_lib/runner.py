@@ -187,7 +187,7 @@ class Runner:
         return make_lease(plan.run_id, plan.target_table, r.owner, "planned",
                           whole=r.strategy.whole_table or r.range is None, start=plan.range_start,
                           end=plan.range_end, time_zone=r.time_zone, planned_seq=planned_seq,
-                          last_event_at=utc_now(), wall_clock=not in_instants(dict(r.target)),
+                          last_event_at=utc_now(), wall_clock=not in_instants(dict(r.target), plan.range_type),
                           location=plan.target_location)
 
     def wait_for(self, run_id: str, table: str | None = None) -> str:

@@ -13,7 +13,7 @@ has expired (a crashed run nobody resumed).
 Two leases conflict when they are on the same table (:func:`~backfill_lib.core.table_names.same_table_key`, or the
 same data path under another name: :attr:`Lease.location`) and their ranges overlap, either as half-open intervals
 of instants (a day starts at midnight in its request's ``time_zone``) or as intervals of wall-clock time (the dates
-and hours as each request reads them): a ``DATE``, ``yyyyMMdd`` or integer date-part partition is the same partition
+and hours as each request reads them): a ``DATE``, ``yyyyMMdd``, integer date-part or ``TIMESTAMP_NTZ`` hour partition is the same partition
 in every zone, so two requests for 2024-03-02 conflict even when their zones are a day apart, while an hour range of
 a ``TIMESTAMP`` column is compared in instants only (:func:`in_instants`); a rebuild, or a run without a range,
 covers the whole table. ``target.where`` is not compared: two runs on the same days of different regions still
@@ -108,12 +108,13 @@ def _wall(text: str | None, time_zone: str) -> datetime | None:
     return None if instant is None else instant.astimezone(zone(time_zone)).replace(tzinfo=None)
 
 
-def in_instants(target: dict) -> bool:
+def in_instants(target: dict, column_type: str | None = None) -> bool:
     """Whether a range of the request ``target`` (its fields: ``grain``, ``partition_format``,
     ``partition_columns``) names the same rows in every zone only as instants: an hour range of a ``TIMESTAMP``
-    column. A date, or an hour written as a string or integer parts, is the same partition at the same wall-clock
-    time in every zone."""
-    return target.get("grain") == "hour" and not target.get("partition_format") and not target.get("partition_columns")
+    column. A date, or an hour written as a string, integer parts or a ``TIMESTAMP_NTZ`` (``column_type``, the
+    range column's Spark type where known), is the same partition at the same wall-clock time in every zone."""
+    return (target.get("grain") == "hour" and not target.get("partition_format")
+            and not target.get("partition_columns") and column_type != "timestamp_ntz")
 
 
 def make_lease(run_id: str, table: str, owner: str, status: str, *, whole: bool, start: object, end: object,
@@ -146,7 +147,14 @@ def lease_of(run: dict) -> Lease:
                       start=summary.get("range_start"), end=summary.get("range_end_exclusive"),
                       time_zone=request.get("time_zone") or "UTC", planned_seq=int(run["planned_seq"]),
                       last_event_at=run["event_at"], resumable=run.get("resumable"),
-                      wall_clock=not in_instants(request["target"]), location=summary.get("target_location") or "")
+                      wall_clock=not in_instants(request["target"], _range_type(summary)),
+                      location=summary.get("target_location") or "")
+
+
+def _range_type(summary: dict) -> str | None:
+    """The Spark type of the range's column in a stored plan summary (``None`` when it does not record it)."""
+    column = summary["request"]["target"].get("partition_column")
+    return next((c.get("type") for c in summary.get("target_columns") or () if c.get("name") == column), None)
 
 
 def holding(leases: list[Lease], mine: Lease, now: datetime, lease_hours: float) -> list[Lease]:

@@ -10,6 +10,11 @@ A ``STRING`` partition column with a ``partition_format`` holds the plan's keys 
 grouping by it needs no mapping. A typed column keyed for such a plan (a rule's source table, :meth:`PartitionKeys.of_source`)
 renders its values in the format.
 
+A ``TIMESTAMP_NTZ`` hour column (``wall_clock``) holds wall-clock readings: Spark renders them as text as they
+are (``2024-03-10 03:00:00``, no zone involved) and Python keys the wall-clock hour in the request's time zone
+(:func:`~backfill_lib.core.partitions.wall_value_key`); a value no planned hour has (off the hour, or in an hour a
+spring-forward skips) keeps its text, which no planned partition has.
+
 Integer date-part columns (``year``/``month``/``day``/``hour``, :mod:`backfill_lib.core.date_parts`) are keyed
 from their values together: ``parts`` names them, widest first.
 """
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from backfill_lib.core.partitions import Grain, partition_key, partition_of_key, quote_ident
+from backfill_lib.core.partitions import Grain, partition_key, partition_of_key, quote_ident, wall_value_key
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -58,6 +63,8 @@ class PartitionKeys:
     #: the integer date-part columns (year, month, day, hour; those of ``grain``) that carry the partition
     #: together; ``column`` is then their label (``y/m/d``), no column of the table
     parts: tuple[str, ...] = ()
+    #: the column is a ``TIMESTAMP_NTZ`` (of the hour grain): its values are wall-clock readings of ``time_zone``
+    wall_clock: bool = False
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -83,6 +90,10 @@ class PartitionKeys:
                 known = known & c.isNotNull()
             return F.when(known, F.format_string(key_format(self.grain), *cols))
         column = F.col(quote_ident(self.column))  # quoted: a name may hold a dot (not a struct field)
+        if self.wall_clock:
+            # as text, never through date_format, which reads an NTZ value as a TIMESTAMP of the session's zone
+            # and so moves a wall clock the zone skips (02:15 of a New York spring-forward night reads 03:15)
+            return column.cast("string")
         if self.data_type is not None:
             if self.grain is Grain.HOUR:
                 return F.date_format(F.date_trunc("hour", column), _INSTANT)
@@ -96,6 +107,8 @@ class PartitionKeys:
         """The plan key of one value :meth:`expr` produced (``None`` stays ``None``: a NULL partition value)."""
         if raw is None or self.holds_keys:
             return raw
+        if self.wall_clock:
+            return wall_value_key(raw, self.time_zone) or raw
         if self.parts:
             from backfill_lib.core.date_parts import hour_key
 
@@ -112,6 +125,8 @@ class PartitionKeys:
         in this process's local time, as pyspark returns them), or a string from :meth:`expr`."""
         if value is None:
             return None
+        if self.wall_clock and isinstance(value, datetime):  # pyspark returns TIMESTAMP_NTZ as the naive wall clock
+            return self.key(value.replace(tzinfo=None).isoformat(sep=" "))
         if self.data_type is not None and isinstance(value, date):
             return self._data_key(value)
         if isinstance(value, datetime):
@@ -156,7 +171,8 @@ class PartitionKeys:
 
     def of(self, column: str) -> "PartitionKeys":
         """The same keying for another column holding the same values (an alias of this one)."""
-        return PartitionKeys(column, self.grain, self.time_zone, self.format, self.string_column, self.data_type)
+        return PartitionKeys(column, self.grain, self.time_zone, self.format, self.string_column, self.data_type,
+                             wall_clock=self.wall_clock)
 
     def renamed(self, names: dict[str, str]) -> "PartitionKeys":
         """The same keying on other columns holding the same values: each of :attr:`columns` renamed by

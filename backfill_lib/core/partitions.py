@@ -10,6 +10,15 @@ half-open ``[start, end)``. Partition keys are the strings Delta stores as parti
   in that zone (:func:`hour_start`), so a local day has 23 or 25 of them across a one-hour daylight-saving change,
   and one of them is half or one and a half hours long where the offset moves by 30 minutes
   (``Australia/Lord_Howe``) or starts off the UTC hour (``Asia/Kathmandu`` on 1986-01-01).
+- ``hour`` on a ``TIMESTAMP_NTZ`` column (``wall_clock``): the column holds wall-clock readings of the request's
+  time zone, no instant. Each partition is one wall-clock hour that exists in that zone (:func:`wall_hours`),
+  keyed as a ``TIMESTAMP`` hour is (the start of its first occurrence with the zone's offset), so every stage keys
+  it alike. An hour a daylight-saving spring-forward skips (``2024-03-10 02:00`` in ``America/New_York``) is no
+  partition, as for ``TIMESTAMP`` hours: a value there is no planned partition's (a stray row), and no predicate
+  covers it. The hour a fall-back repeats (``2024-11-03 01:00``) is one wall-clock value holding both real hours,
+  so it is one partition, two hours long, keyed by its first occurrence (``2024-11-03T01:00:00-04:00``): the day
+  has 24 partitions where a ``TIMESTAMP`` column has 25. Predicates compare ``TIMESTAMP_NTZ`` literals
+  (:func:`wall_hours_predicate`), whatever the session's zone.
 - any grain on a ``STRING`` column with a ``partition_format`` (:mod:`backfill_lib.core.partition_format`): the
   key is the partition's start rendered in that pattern (``20240310``), the string Delta stores; predicates
   compare those strings (an ``IN`` list), never parse the column.
@@ -108,8 +117,9 @@ def partition_key(value: date | datetime, grain: Grain, fmt: str | None = None, 
 
 
 def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Grain, time_zone: str,
-                         fmt: str | None = None) -> list[Partition]:
+                         fmt: str | None = None, *, wall_clock: bool = False) -> list[Partition]:
     """All partitions in ``[start, end)``, in order, keyed in ``fmt`` when given (:func:`partition_key`).
+    ``wall_clock``: the hours of a ``TIMESTAMP_NTZ`` column (:func:`wall_hours`).
 
     For ``hour`` each partition runs from one value of Spark's hour truncation in ``time_zone`` to the next
     (:func:`next_hour_start`), stepped on UTC instants and shown in ``time_zone``, so no hour is skipped or doubled
@@ -129,6 +139,8 @@ def enumerate_partitions(start: date | datetime, end: date | datetime, grain: Gr
     if many > MAX_PARTITIONS:
         raise PartitionError(f"range [{start.isoformat()}, {end.isoformat()}) holds about {many:,} {grain.value} "
                              f"partitions, more than the {MAX_PARTITIONS:,} one plan may list: split the request")
+    if grain is Grain.HOUR and wall_clock:
+        return wall_hours(start, end, time_zone)
     if grain is Grain.HOUR:
         tz = zone(time_zone)
         cur = start.astimezone(timezone.utc)
@@ -236,6 +248,89 @@ def _offset_change(low: datetime, high: datetime, tz: ZoneInfo) -> datetime:
     return hi
 
 
+def wall_hour(wall: datetime, time_zone: str) -> Partition | None:
+    """The partition of the wall-clock hour starting at naive ``wall`` (on the hour) in ``time_zone``: from its
+    first occurrence to the first occurrence of the next wall-clock hour, as UTC instants, keyed as a ``TIMESTAMP``
+    hour starting there is; ``None`` when a daylight-saving spring-forward skips the whole hour.
+
+    Examples
+    --------
+    >>> from datetime import datetime
+    >>> wall_hour(datetime(2024, 11, 3, 1), "America/New_York").key  # both 01:00 of the fall-back, two hours
+    '2024-11-03T01:00:00-04:00'
+    >>> wall_hour(datetime(2024, 3, 10, 2), "America/New_York") is None  # skipped by the spring-forward
+    True
+    """
+    tz = zone(time_zone)
+    first = _first_instant(wall, tz)
+    if first is None:
+        return None
+    nxt = wall + _HOUR
+    end = _first_instant(nxt, tz)
+    while end is None:  # the next wall hour is skipped: this one lasts until the one after it occurs
+        nxt += _HOUR
+        end = _first_instant(nxt, tz)
+    local = first.astimezone(tz)
+    if local.utcoffset().seconds % 60:
+        raise PartitionError(f"time zone '{time_zone}' has the offset {local.strftime('%z')} (local mean "
+                             f"time) at {local.isoformat()}: hour partitions cannot be keyed there")
+    return Partition(first, end, partition_key(local, Grain.HOUR))
+
+
+def _first_instant(wall: datetime, tz: ZoneInfo) -> datetime | None:
+    """The first UTC instant whose wall clock in ``tz`` lies in the hour starting at naive ``wall``; ``None``
+    when no instant does (the zone skips the whole hour)."""
+    local = wall.replace(tzinfo=tz, fold=0)
+    if _occurs(local):
+        return local.astimezone(timezone.utc)
+    # ``wall`` itself is skipped: the hour may still occur after a change off the whole hour (02:30 after a
+    # 30-minute spring-forward at 02:00)
+    after = local.astimezone(timezone.utc)  # fold 0 of a skipped time: the instant of the change
+    shown = after.astimezone(tz).replace(tzinfo=None)
+    return after if wall <= shown < wall + _HOUR else None
+
+
+def wall_hours(start: datetime, end: datetime, time_zone: str) -> list[Partition]:
+    """The wall-clock hours of ``time_zone`` from the wall clock of instant ``start`` to that of ``end`` (local
+    midnights: the request's range) that occur in the zone, each a partition (:func:`wall_hour`), in order.
+
+    Raises
+    ------
+    PartitionError
+        When the range holds more than :data:`MAX_PARTITIONS` hours, or an hour falls where the zone's offset has
+        seconds (local mean time).
+    """
+    many = count_partitions(start, end, Grain.HOUR)
+    if many > MAX_PARTITIONS:
+        raise PartitionError(f"range [{start.isoformat()}, {end.isoformat()}) holds about {many:,} hour "
+                             f"partitions, more than the {MAX_PARTITIONS:,} one plan may list: split the request")
+    tz = zone(time_zone)
+    wall = start.astimezone(tz).replace(tzinfo=None, minute=0, second=0, microsecond=0)
+    stop = end.astimezone(tz).replace(tzinfo=None)
+    out = []
+    while wall < stop:
+        part = wall_hour(wall, time_zone)
+        if part is not None:
+            out.append(part)
+        wall += _HOUR
+    return out
+
+
+def wall_value_key(value: str, time_zone: str) -> str | None:
+    """The plan key of a ``TIMESTAMP_NTZ`` hour value (``2024-03-10 03:00:00``, as Delta writes a partition
+    value, or ``2024-03-10T03:00:00`` as Spark renders one): the key of its wall-clock hour in ``time_zone``;
+    ``None`` when it is no wall-clock hour of the zone (not on the hour, skipped by a spring-forward, or no
+    timestamp), which no planned partition has."""
+    try:
+        wall = datetime.fromisoformat(value.strip().replace(" ", "T"))
+    except ValueError:
+        return None
+    if wall.tzinfo is not None or wall.minute or wall.second or wall.microsecond:
+        return None
+    found = wall_hour(wall, time_zone)
+    return None if found is None else found.key
+
+
 def _utc_instant(value: str) -> datetime:
     """An ISO 8601 timestamp (``T`` or a space between date and time) as an aware UTC datetime; a value without
     offset is UTC (how Delta writes timestamp partition values). Raises ``ValueError``."""
@@ -257,9 +352,12 @@ def hour_value_start(value: str) -> datetime:
         raise PartitionError(f"partition value '{value}' is not a hour partition") from exc
 
 
-def partition_of_key(key: str, grain: Grain, time_zone: str, fmt: str | None = None) -> Partition:
+def partition_of_key(key: str, grain: Grain, time_zone: str, fmt: str | None = None, *,
+                     wall_clock: bool = False) -> Partition:
     """The partition a Delta partition-value string names (``2013-01-01``; hours as ISO 8601 timestamps, a
-    value without offset read as UTC; with ``fmt``, exactly a value of that pattern).
+    value without offset read as UTC; with ``fmt``, exactly a value of that pattern). ``wall_clock``: an hour of
+    a ``TIMESTAMP_NTZ`` column, named by a plan key (the wall-clock hour of the instant it names,
+    :func:`wall_hour`).
 
     Raises
     ------
@@ -272,6 +370,12 @@ def partition_of_key(key: str, grain: Grain, time_zone: str, fmt: str | None = N
             return Partition(start, next_hour_start(start, zone(time_zone)), key)
         return Partition(start, _first_of_next_month(start) if grain is Grain.MONTH else start + timedelta(days=1), key)
     try:
+        if grain is Grain.HOUR and wall_clock:
+            tz = zone(time_zone)
+            found = wall_hour(_utc_instant(key).astimezone(tz).replace(tzinfo=None), time_zone)
+            if found is None:
+                raise ValueError(key)
+            return found
         if grain is Grain.HOUR:
             start, tz = _utc_instant(key), zone(time_zone)
             return Partition(start, next_hour_start(start, tz), partition_key(start.astimezone(tz), grain))
@@ -334,6 +438,34 @@ def contiguous_runs(partitions: list[Partition]) -> list[tuple[date | datetime, 
     return runs
 
 
+def ntz_literal(wall: datetime) -> str:
+    """A Spark SQL ``TIMESTAMP_NTZ`` literal of naive wall-clock ``wall``: ``TIMESTAMP_NTZ'2024-03-10 03:00:00'``."""
+    return f"TIMESTAMP_NTZ'{wall.strftime('%Y-%m-%d %H:%M:%S')}'"
+
+
+def wall_runs(partitions: list[Partition], time_zone: str) -> list[tuple[datetime, datetime]]:
+    """The fewest half-open wall-clock ranges (naive) that cover exactly the wall-clock hours of ``partitions``
+    (:func:`wall_hours`) in ``time_zone``: an hour a spring-forward skips splits them, so no range covers it."""
+    tz = zone(time_zone)
+    runs: list[tuple[datetime, datetime]] = []
+    for p in sorted(partitions):
+        wall = p.start.astimezone(tz).replace(tzinfo=None, minute=0, second=0, microsecond=0)
+        if runs and runs[-1][1] == wall:
+            runs[-1] = (runs[-1][0], wall + _HOUR)
+        else:
+            runs.append((wall, wall + _HOUR))
+    return runs
+
+
+def wall_hours_predicate(column: str, partitions: list[Partition], time_zone: str, qualifier: str = "") -> str:
+    """The SQL predicate selecting exactly the wall-clock hours ``partitions`` of ``TIMESTAMP_NTZ`` ``column``:
+    an OR of ``col >= TIMESTAMP_NTZ'...' AND col < TIMESTAMP_NTZ'...'`` ranges (:func:`wall_runs`), read the same
+    in every session time zone."""
+    col = (f"{qualifier}." if qualifier else "") + quote_ident(column)
+    parts = [f"({col} >= {ntz_literal(s)} AND {col} < {ntz_literal(e)})" for s, e in wall_runs(partitions, time_zone)]
+    return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+
 def range_predicate(column: str, start: date | datetime, end: date | datetime, qualifier: str = "") -> str:
     """``col >= start AND col < end``: the SQL predicate of one half-open range (``qualifier``: a table alias)."""
     col = (f"{qualifier}." if qualifier else "") + quote_ident(column)
@@ -354,13 +486,13 @@ def keys_predicate(column: str, keys: list[str], qualifier: str = "", shown: int
 
 def partitions_predicate(column: str, partitions: list[Partition], qualifier: str = "", formatted: bool = False,
                          shown: int | None = None, *, parts: tuple[str, ...] = (), grain: Grain | None = None,
-                         time_zone: str = "UTC") -> str:
+                         time_zone: str = "UTC", wall_clock: bool = False) -> str:
     """The SQL predicate selecting exactly ``partitions`` of ``column`` (an OR of contiguous ranges; for a
     ``formatted`` string column, the keys: :func:`keys_predicate`). ``qualifier``: a table alias.
 
     With integer date-part columns ``parts`` (widest first, those of ``grain``; ``column`` is then their label),
     the predicate on those columns: :func:`backfill_lib.core.date_parts.parts_predicate` (an hour's values in
-    ``time_zone``'s wall clock).
+    ``time_zone``'s wall clock). ``wall_clock``: hours of a ``TIMESTAMP_NTZ`` column (:func:`wall_hours_predicate`).
 
     Raises
     ------
@@ -375,6 +507,8 @@ def partitions_predicate(column: str, partitions: list[Partition], qualifier: st
         return parts_predicate(parts, partitions, grain, time_zone, qualifier)
     if formatted:
         return keys_predicate(column, [p.key for p in sorted(partitions)], qualifier, shown)
+    if wall_clock:
+        return wall_hours_predicate(column, partitions, time_zone, qualifier)
     runs = contiguous_runs(partitions)
     parts = [f"({range_predicate(column, s, e, qualifier)})" for s, e in runs]
     return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"

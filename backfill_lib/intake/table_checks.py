@@ -14,7 +14,8 @@ def check_request_against_table(request: BackfillRequest, state: TableState, whe
     """Raise :class:`IntakeError` naming the table and column when the request does not fit the table.
 
     Checks: no table property forbids the publishing commit (:func:`check_writable`); the range's column exists and has the type its grain needs: as one of the table's partition columns
-    (at any position of its partition spec) ``date`` for day and month, ``timestamp`` for hour, or ``string``
+    (at any position of its partition spec) ``date`` for day and month, ``timestamp`` or ``timestamp_ntz`` for
+    hour, or ``string``
     with ``target.partition_format``; integer ``target.partition_columns``, each a partition column; as a data column (an unpartitioned or clustered table, or one partitioned
     by other columns) ``date`` for day and month or ``timestamp`` for any grain, without a format. Every key
     column exists; ``where`` (the checked ``target.where``) reads only other partition columns
@@ -107,7 +108,7 @@ def check_columns_fit(where: str, columns: Sequence[Column], request: BackfillRe
                       data_column: bool = False) -> None:
     """Raise :class:`IntakeError` starting with ``where`` (``table NAME``, or a source file) unless ``columns``
     hold the request's partition column, of the type its grain needs (``date`` for day and month, ``timestamp``
-    for hour; ``string`` with a ``partition_format``; a ``data_column`` may also be a ``timestamp`` for day and
+    or ``timestamp_ntz`` for hour; ``string`` with a ``partition_format``; a ``data_column`` may also be a ``timestamp`` for day and
     month), and every key column. With integer date parts (``target.partition_columns``) the partition column is
     their label, no column: each part must be an integer column instead (:func:`_check_parts_fit`;
     ``data_column`` does not apply). The one check of both sides: the target at plan time, a rebuild's source
@@ -126,6 +127,8 @@ def check_columns_fit(where: str, columns: Sequence[Column], request: BackfillRe
     elif data_column and col.type in ("date", "timestamp"):
         if col.type == "date" and target.grain.spark_type != "date":
             raise IntakeError(f"{where} column {col.name} is date, grain {target.grain.value} needs a timestamp")
+    elif target.grain.value == "hour" and col.type == "timestamp_ntz" and not data_column:
+        pass  # wall-clock hours of the request's time zone (backfill_lib.core.partitions.wall_hours)
     elif col.type != target.grain.spark_type:
         hint = " (a string column needs target.partition_format, e.g. yyyy-MM-dd)" if col.type == "string" else ""
         needs = target.grain.spark_type

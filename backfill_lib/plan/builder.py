@@ -21,6 +21,7 @@ from backfill_lib.core.partitions import (
     hour_value_start,
     partition_of_key,
     repeated_keys,
+    wall_value_key,
 )
 from backfill_lib.core.settings import DEFAULT_BATCH_BYTES
 from backfill_lib.core.table_names import catalog_staging_table, path_staging_table, table_path
@@ -28,7 +29,7 @@ from backfill_lib.core.table_state import PartitionStats, TableState
 from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.intake.table_checks import check_request_against_table, range_in_data
 from backfill_lib.plan.generated import check_generated_columns
-from backfill_lib.plan.model import BackfillPlan, Batch, PlannedPartition, SourceInput
+from backfill_lib.plan.model import BackfillPlan, Batch, PlannedPartition, SourceInput, is_wall_clock
 
 #: Partitions per batch when nothing tells their size (no file-based source, an empty target).
 FALLBACK_BATCH_SIZE = 31
@@ -52,15 +53,19 @@ def batch_partitions(planned: list[PlannedPartition], source_input: SourceInput,
 
 
 def _with_current_stats(parts: list[Partition], partitions: dict[str, PartitionStats], grain,
-                        keyed: bool = False) -> list[PlannedPartition]:
+                        keyed: bool = False, time_zone: str = "UTC", wall_clock: bool = False) -> list[PlannedPartition]:
     """Each partition with the target's stats for it. Hours are matched by their UTC start, which parses
     Delta's value once per partition instead of building a second set of keys (planning ten years of hours
     stays linear and fast); ``keyed``: the stats are keyed by plan keys already (a formatted string column's
     values; integer date parts' keys, where a text that names no hour, ``2024-03-10T02`` of a spring-forward
-    night, must not be read as a UTC hour: it is no planned partition's)."""
+    night, must not be read as a UTC hour: it is no planned partition's). ``wall_clock``: the values are a
+    ``TIMESTAMP_NTZ`` column's, wall-clock hours of ``time_zone`` (:func:`~backfill_lib.plan.model.stats_by_key`)."""
     from backfill_lib.core.partitions import Grain
+    from backfill_lib.plan.model import stats_by_key
 
     empty = PartitionStats()
+    if wall_clock:
+        partitions, keyed = stats_by_key(partitions, grain, time_zone, wall_clock=True), True
     if grain is not Grain.HOUR or keyed:
         return [PlannedPartition(p, partitions.get(p.key, empty)) for p in parts]
     by_start = {}
@@ -163,24 +168,26 @@ def build_plan(
     grain, tz, fmt = target.grain, request.time_zone, target.partition_format
     bounds = request.bounds()
     data_column = range_in_data(request, state)
+    column = state.column(target.partition_column) if target.partition_columns is None else None
+    wall = is_wall_clock(grain, column.type if column is not None else None)
     range_files, no_stats = None, 0
     if data_column:
         parts, planned, range_files, no_stats = _data_column_partitions(request, state, bounds)
         start, end = (parts[0].start, parts[-1].end) if parts else (bounds or (None, None))
     elif bounds is None:
-        parts = sorted({_partition_of_value(k, grain, tz, fmt, state, target.partition_columns is not None)
+        parts = sorted({_partition_of_value(k, grain, tz, fmt, state, target.partition_columns is not None, wall)
                         for k in state.partitions if k is not None})
         start, end = (parts[0].start, parts[-1].end) if parts else (None, None)
     else:
         start, end = bounds
-        parts = enumerate_partitions(start, end, grain, tz, fmt)
+        parts = enumerate_partitions(start, end, grain, tz, fmt, wall_clock=wall)
         if fmt is not None:
             _check_format_values(request, state, parts)
         if target.partition_columns is not None and grain is Grain.HOUR:
             _check_hour_parts(request, parts)
     if not data_column:
         planned = _with_current_stats(parts, state.partitions, grain,
-                                      fmt is not None or target.partition_columns is not None)
+                                      fmt is not None or target.partition_columns is not None, tz, wall)
     if request.strategy.whole_table:  # one CREATE OR REPLACE of the staging table
         size = len(planned) or 1
     elif request.depends_on_past:  # partition N is staged before partition N+1 reads it (run.past)
@@ -246,11 +253,12 @@ def _data_column_partitions(request: BackfillRequest, state: TableState, bounds)
 
 
 def _partition_of_value(value: str, grain, time_zone: str, fmt: str | None, state: TableState,
-                        keyed: bool = False) -> Partition:
+                        keyed: bool = False, wall_clock: bool = False) -> Partition:
     """The partition a Delta partition value of ``state`` names; a value not in ``fmt`` is an intake error.
     ``keyed``: ``value`` is an integer date parts' key (:class:`~backfill_lib.core.partition_keys.PartitionKeys`),
     so it must be a plan key itself: the text of an hour a spring-forward skips (``2024-03-10T02``) is refused, not
-    read as a UTC hour.
+    read as a UTC hour. ``wall_clock``: ``value`` is a ``TIMESTAMP_NTZ`` hour, a wall-clock hour of ``time_zone``
+    (one a spring-forward skips, or off the hour, is refused likewise).
 
     Raises
     ------
@@ -259,6 +267,13 @@ def _partition_of_value(value: str, grain, time_zone: str, fmt: str | None, stat
     IntakeError
         When ``value`` does not match ``fmt``.
     """
+    if wall_clock:
+        key = wall_value_key(value, time_zone)
+        if key is None:
+            raise PartitionError(f"table {state.name} holds TIMESTAMP_NTZ partition value '{value}', which is no "
+                                 f"wall-clock hour of {time_zone} (off the hour, or an hour a daylight-saving "
+                                 "spring-forward skips)")
+        return partition_of_key(key, grain, time_zone, wall_clock=True)
     try:
         found = partition_of_key(value, grain, time_zone, fmt)
     except PartitionError as exc:

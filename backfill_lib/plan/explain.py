@@ -69,6 +69,9 @@ def layout_line(plan: BackfillPlan) -> str:
         return _data_column_layout(plan, carried)
     if plan.date_parts:
         return _date_parts_layout(plan)
+    if plan.wall_clock:
+        carried += (f": wall-clock hours of {plan.request.time_zone}; an hour a daylight-saving spring-forward skips "
+                    "is no partition, and the hour a fall-back repeats is one partition holding both")
     line = f"partitioned by ({', '.join(spec)}); the range is on {column} ({carried})"
     others = [c for c in spec if c != column]
     if others:

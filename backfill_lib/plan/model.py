@@ -124,13 +124,15 @@ class BackfillPlan:
         (``2024-10-27 02:00:00``) parsed back in that zone (``DelayedCommitProtocol.parsePartitions``,
         delta-spark 4.4.0), so in a zone with a daylight-saving fall-back the two repeated hours would get one
         value and the second hour's rows would land in the first; UTC repeats no wall clock. What is written
-        is analysed in :attr:`session_time_zone` before, so the rows are the same. Dates have no zone.
+        is analysed in :attr:`session_time_zone` before, so the rows are the same. Dates have no zone, nor
+        ``TIMESTAMP_NTZ`` values (:attr:`wall_clock`): their partition value is their wall clock in every zone.
         """
         from backfill_lib.core.partitions import Grain
 
         timestamp_hours = (self.request.target.grain is Grain.HOUR and self.partition_format is None
                            and not self.range_in_data  # a data column's values are no partition directory
-                           and not self.date_parts)  # integer hours hold no instant
+                           and not self.date_parts  # integer hours hold no instant
+                           and not self.wall_clock)
         return "UTC" if timestamp_hours else self.session_time_zone
     #: the version of every Delta source the run reads (source SQL tables, rules' tables); ``None`` until the
     #: run pins them (:func:`backfill_lib.plan.source_pins.pin_sources`), and for runs stored before pinning existed
@@ -158,6 +160,12 @@ class BackfillPlan:
             return "int"
         found = next((c.type for c in self.target_columns if c.name == self.partition_column), None)
         return found or ("string" if self.partition_format else self.request.target.grain.spark_type)
+
+    @property
+    def wall_clock(self) -> bool:
+        """Whether the range's column is a ``TIMESTAMP_NTZ`` of the hour grain: its partitions are the wall-clock
+        hours of the request's time zone (:func:`~backfill_lib.core.partitions.wall_hours`)."""
+        return is_wall_clock(self.request.target.grain, self.range_type)
     #: the target's generated columns as the plan read them (:class:`~backfill_lib.core.table_state.GeneratedColumn`):
     #: staging computes one the source omits; ``()`` for plans stored before they were recorded
     target_generated: tuple = ()
@@ -228,7 +236,7 @@ class BackfillPlan:
         """How runtime code keys the partition column's values as this plan keys its partitions."""
         return PartitionKeys(self.partition_column, self.request.target.grain, self.request.time_zone,
                              self.partition_format, data_type=self.range_type if self.range_in_data else None,
-                             parts=self.date_parts)
+                             parts=self.date_parts, wall_clock=self.wall_clock)
 
     def partition_predicate(self, partitions: list[Partition] | None = None, qualifier: str = "",
                             shown: int | None = None) -> str:
@@ -245,7 +253,7 @@ class BackfillPlan:
             grain, tz = self.request.target.grain, self.request.time_zone
             chosen = [Partition(*instant_bounds(p, grain, tz), p.key) for p in chosen]
         return partitions_predicate(self.partition_column, chosen, qualifier, self.partition_format is not None,
-                                    shown)
+                                    shown, time_zone=self.request.time_zone, wall_clock=self.wall_clock)
 
     def predicate(self, partitions: list[Partition] | None = None, qualifier: str = "",
                   shown: int | None = None) -> str:
@@ -310,8 +318,16 @@ class BackfillPlan:
         }
 
 
+def is_wall_clock(grain, column_type: str | None) -> bool:
+    """Whether a range of ``grain`` on a column of Spark type ``column_type`` is planned in wall-clock hours: an
+    hour grain on a ``TIMESTAMP_NTZ`` column."""
+    from backfill_lib.core.partitions import Grain
+
+    return grain is Grain.HOUR and column_type == "timestamp_ntz"
+
+
 def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str,
-                 fmt: str | None = None, *, keyed: bool = False) -> dict[str, PartitionStats]:
+                 fmt: str | None = None, *, keyed: bool = False, wall_clock: bool = False) -> dict[str, PartitionStats]:
     """Stats by partition value (from the Delta log) keyed as the plan keys them.
 
     Returned as they are when the values are plan keys already: day and month values, a formatted string
@@ -319,11 +335,14 @@ def stats_by_key(partitions: dict[str, PartitionStats], grain, time_zone: str,
     keyed by :class:`~backfill_lib.core.partition_keys.PartitionKeys`: a text that names no date or hour, such as
     ``2024-03-10T02`` of a New York spring-forward night, stays as it is and matches no plan key). Delta's
     timestamp hour values (UTC: ``2024-03-10T07:00:00.000000Z``) become local keys of ``time_zone``; a ``None``
-    value, or one that is no timestamp, is left out."""
-    from backfill_lib.core.partitions import Grain
+    value, or one that is no timestamp, is left out. ``wall_clock``: the values are a ``TIMESTAMP_NTZ`` column's
+    (``2024-03-10 03:00:00``), wall-clock hours of ``time_zone``; one that is no hour of the zone is left out."""
+    from backfill_lib.core.partitions import Grain, wall_value_key
 
     if grain is not Grain.HOUR or fmt is not None or keyed:
         return partitions
+    if wall_clock:
+        return {key: v for k, v in partitions.items() if k is not None and (key := wall_value_key(k, time_zone))}
     out = {}
     for k, v in partitions.items():
         try:
@@ -343,8 +362,12 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
     request = BackfillRequest.model_validate(summary["request"])
     grain, tz, fmt = request.target.grain, request.time_zone, request.target.partition_format
     stats = summary["current_partitions"]
+    range_type = next((c["type"] for c in summary["target_columns"] if c["name"] == request.target.partition_column),
+                      None)
+    wall = is_wall_clock(grain, range_type) and not summary.get("range_in_data")
     batches = tuple(
-        Batch(i, tuple(PlannedPartition(partition_of_key(k, grain, tz, fmt), PartitionStats(**stats[k])) for k in keys))
+        Batch(i, tuple(PlannedPartition(partition_of_key(k, grain, tz, fmt, wall_clock=wall), PartitionStats(**stats[k]))
+                       for k in keys))
         for i, keys in enumerate(summary["batches"])
     )
     parts = [p.partition for b in batches for p in b.partitions]

@@ -161,7 +161,8 @@ def _range_stats(spark: SparkSession, plan: BackfillPlan, snapshot) -> dict[str,
         return overlap_stats([p.partition for p in plan.partitions], files, request.target.grain,
                              request.time_zone, plan.range_type == "timestamp")
     return stats_by_key(partition_stats(spark, plan.target_table, plan.partition_keys, snapshot, where=where),
-                        request.target.grain, request.time_zone, plan.partition_format, keyed=bool(plan.date_parts))
+                        request.target.grain, request.time_zone, plan.partition_format, keyed=bool(plan.date_parts),
+                        wall_clock=plan.wall_clock)
 
 
 def row_changes(spark: SparkSession, snapshot, first: int, last: int) -> dict[int, bool] | None:

@@ -117,10 +117,10 @@ def verify_commit(spark: SparkSession, plan: BackfillPlan, version: int, staged:
             removed.setdefault(value_of(remove["partitionValues"]), []).append(remove["path"])
     request = plan.request
     rows_by_key = stats_by_key({v: PartitionStats(rows=n) for v, n in rows.items()}, request.target.grain,
-                               request.time_zone, plan.partition_format)
+                               request.time_zone, plan.partition_format, wall_clock=plan.wall_clock)
     removed_by_key = stats_by_key({v: PartitionStats(fingerprint=file_set_fingerprint(paths))
                                    for v, paths in removed.items()}, request.target.grain, request.time_zone,
-                                  plan.partition_format)
+                                  plan.partition_format, wall_clock=plan.wall_clock)
     if set(rows_by_key) - set(keys) or set(removed_by_key) - set(keys):
         return None
     checks = [Check("post_publish", "written_rows_and_checksum_equal_staging", True, None, None,
