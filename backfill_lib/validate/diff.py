@@ -1,9 +1,10 @@
 """The before/after diff by key: staged rows against the target's current rows, and the gate on it.
 
-:func:`diff_by_key` reads each side as narrow ``(key, row hash)`` rows (the key NULL-safe: a NULL key part matches
-a NULL key part) and counts, per partition, the keys inserted, deleted, updated and unchanged; only the updated
-keys are then compared column by column (which value columns changed and, for numeric columns, by how much), and
-only a few changed keys per partition are read whole, as samples for the report. :func:`evaluate` turns the diff
+:func:`diff_by_key` reads each side as narrow rows (the key, a row hash, and per value column its hash or, if
+numeric, its value; the key NULL-safe: a NULL key part matches a NULL key part) and groups them by key in one
+shuffle: per partition, the keys inserted, deleted, updated and unchanged, which value columns changed and, for
+numeric columns, by how much, all come from that one pass, without joining rows. Only a few changed keys per
+partition are then read whole, as samples for the report. :func:`evaluate` turns the diff
 into one :class:`~backfill_lib.core.checks.Check` per partition and threshold of a :class:`DiffGate`.
 """
 
@@ -33,7 +34,7 @@ T = TypeVar("T")
 
 #: how many changed rows a partition's diff keeps as samples: the key hash's buckets, one row from each
 SAMPLE_BUCKETS = 4
-#: up to how many updated and sample keys are broadcast to the scans that read their rows (a few bytes each)
+#: up to how many keys are broadcast to the scans that read their rows (a few bytes each)
 BROADCAST_KEYS = 2_000_000
 
 
@@ -129,11 +130,12 @@ def diff_with_inserted(
 ) -> tuple[dict[str, PartitionDiff], T | None]:
     """Diff ``staged`` against ``current`` by ``keys``, per partition, comparing narrow row hashes.
 
-    Both sides are read as ``(key, row hash)``, the hash over the value columns in the canonical form of
-    :func:`~backfill_lib.adapters.checksums.row_hash` (NULL-aware, every column type), and grouped by key in one
-    shuffle: that gives every count and the sample keys. Only the updated keys are then joined, on narrow
-    per-column hashes (and the numeric columns' values), for ``changed_columns``, ``abs_change`` and
-    ``updated_outside``; only the sample keys' rows are read whole.
+    Both sides are read as narrow rows: the key, the row hash over the value columns in the canonical form of
+    :func:`~backfill_lib.adapters.checksums.row_hash` (NULL-aware, every column type), and per value column its
+    64-bit hash (its value, for a numeric column). One shuffle groups them by key and gives every count,
+    ``changed_columns``, ``abs_change``, ``updated_outside`` and the sample keys; only the sample keys' rows are
+    read whole. A key whose rows on one side differ from each other (a repeated key, rare) is paired row by row
+    in a second, small pass over those keys only.
 
     Parameters
     ----------
@@ -183,54 +185,52 @@ def diff_with_inserted(
     both = _both_sides(staged, current, keys, value_columns)
     ks = [f"k{i}" for i in range(len(keys))]
     vs = [f"v{j}" for j in range(len(value_columns))]
+    types = {v: both.schema[v].dataType for v in vs}
+    outside = [f"v{j}" for j, c in enumerate(value_columns) if c not in corrected_columns]
 
     def part(prefix: str = "") -> Column:  # the partition of key columns ``{prefix}k0..``
         return keying.renamed({c: f"{prefix}k{keys.index(c)}" for c in keying.columns}).expr().alias("partition")
 
     per_key = _per_key(both, ks, vs).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        counted = per_key.groupBy(part()).agg(
-            F.sum("inserted").alias("inserted"), F.sum("deleted").alias("deleted"),
-            F.sum("updated").alias("updated"), F.sum("unchanged").alias("unchanged"),
-            # plain min of a bigint per bucket: a hash aggregation, where min_by of a struct would sort
-            *[F.min(F.when(F.col("c").isNotNull() & (F.pmod("h", F.lit(SAMPLE_BUCKETS)) == b), F.col("h"))).alias(f"x{b}")
-              for b in range(SAMPLE_BUCKETS)]).collect()
-        chosen = {(r["partition"], r[f"x{b}"]) for r in counted for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
-        updated = sum(r["updated"] for r in counted)
-        added = sum(r["inserted"] for r in counted)
+        counted = {r["partition"]: r.asDict() for r in per_key.groupBy(part()).agg(*_partition_sums(types, outside)).collect()}
+        mixed = sum(r["mixed"] for r in counted.values())
+        if mixed:  # rare: a key with unlike rows on one side
+            for p, exact in _mixed_keys(both, per_key, ks, types, outside, part, mixed).items():
+                counted[p].update({k: _add(counted[p][k], v) for k, v in exact.items() if k != "partition"})
+        chosen = {(p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
+        samples = _samples(_sample_rows(both, per_key, ks, vs, chosen), part(), chosen, keys, value_columns) if chosen else {}
+        added = sum(r["inserted"] for r in counted.values())
         found = None
         if inserted is not None and added:
             found = inserted(per_key.where(F.col("inserted") > 0)
                              .select(*[F.col(f"k{keys.index(k)}").alias(k) for k in asked]), added)
-        if chosen:  # every updated key's partition has a sample: no sample, no update
-            rows = _restricted(both, per_key, ks, vs, chosen, updated)
-            try:
-                samples = _samples(rows, ks, part(), chosen, keys, value_columns)
-                columns = _column_changes(rows, ks, value_columns, corrected_columns, part) if updated else {}
-            finally:
-                rows.unpersist()
-        else:
-            samples, columns = {}, {}
     finally:
         per_key.unpersist()
-    numeric = [c for j, c in enumerate(value_columns) if _is_numeric(both.schema[f"v{j}"].dataType)]
+    numeric = [j for j, v in enumerate(vs) if _is_numeric(types[v])]
     out = {}
-    for r in counted:
-        key = keying.key(r["partition"])
-        c = columns.get(r["partition"])
+    for p, r in counted.items():
+        key = keying.key(p)
         out[key] = PartitionDiff(
             key,
             r["inserted"],
             r["deleted"],
             r["updated"],
             r["unchanged"],
-            {v: c[f"n{j}"] if c else 0 for j, v in enumerate(value_columns)},
-            {v: _decimal(c[f"a{value_columns.index(v)}"] if c else None) for v in numeric},
+            {c: r[f"n{j}"] for j, c in enumerate(value_columns)},
+            {value_columns[j]: _decimal(r[f"a{j}"]) for j in numeric},
             tuple(corrected_columns),
-            c["updated_outside"] if c else 0,
-            tuple(sorted(samples.get(r["partition"], []), key=lambda x: x["h"])),
+            r["updated_outside"],
+            tuple(sorted(samples.get(p, []), key=lambda x: x["h"])),
         )
     return out, found
+
+
+def _add(a, b):
+    """Two partition sums added (a NULL sum is over no rows)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return a + b
 
 
 def _both_sides(staged: DataFrame, current: DataFrame, keys: list[str], value_columns: Sequence[str]) -> DataFrame:
@@ -256,86 +256,124 @@ def _both_sides(staged: DataFrame, current: DataFrame, keys: list[str], value_co
         raise
 
 
-def _per_key(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
-    """One row per key (``k0..``) of either side: ``inserted``, ``deleted``, ``updated`` and ``unchanged`` (the
-    key's pairs of rows, as a join on the keys pairs them), ``h`` (``xxhash64`` of the key) and ``c`` (the
-    change: ``inserted``, ``deleted``, ``updated`` or NULL).
+def _narrow(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
+    """Each row of ``both`` as its key ``k0..``, ``s``, ``rh`` (the row hash over ``v0..``) and per value column
+    ``v{j}`` its value if numeric (for the change's size), else its 64-bit hash."""
+    values = [(F.col(v) if _is_numeric(both.schema[v].dataType) else F.xxhash64(*hash_args(both, [v]))).alias(v)
+              for v in vs]
+    return both.select(*ks, "s", row_hash(both, vs).alias("rh"), *values)
 
-    Rows are compared by their row hash: grouped by ``(key, hash)``, the pairs alike are ``sum(staged *
-    current)``. One shuffle by key serves both groupings."""
-    narrow = both.select(*ks, "s", row_hash(both, vs).alias("rh")).repartition(*ks)
-    per_hash = narrow.groupBy(*ks, "rh").agg(F.count_if("s").alias("ns"), F.count_if(~F.col("s")).alias("nt"))
-    n = per_hash.groupBy(*ks).agg(F.sum("ns").alias("ns"), F.sum("nt").alias("nt"),
-                                  F.sum(F.col("ns") * F.col("nt")).alias("same"))
-    ns, nt, same = F.col("ns"), F.col("nt"), F.col("same")
-    updated = ns * nt - same
-    return n.select(
-        *ks,
+
+def _per_key(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
+    """One row per key (``k0..``) of either side, in one shuffle: ``ns``, ``nt`` (its rows on each side),
+    ``pairs`` (``ns * nt``: the pairs a join on the keys makes), ``mixed`` (a side holds rows that differ: its
+    pairs are counted by :func:`_mixed_keys`), ``upd`` (pairs that differ, on a key that is not mixed),
+    ``inserted``, ``deleted``, ``updated`` (0 for a mixed key), ``unchanged``, ``h`` (``xxhash64`` of the key),
+    ``c`` (the change: ``inserted``, ``deleted``, ``updated`` or NULL) and per value column ``s{v}``/``t{v}``:
+    its value (or hash) on each side.
+
+    A side's rows of one key are alike exactly when their row hashes' minimum and maximum agree; then any of
+    them stands for all, so the key's values are the sides' minimums."""
+    s = F.col("s")
+    per = _narrow(both, ks, vs).groupBy(*ks).agg(
+        F.count_if(s).alias("ns"), F.count_if(~s).alias("nt"),
+        F.min(F.when(s, F.col("rh"))).alias("sa"), F.max(F.when(s, F.col("rh"))).alias("sb"),
+        F.min(F.when(~s, F.col("rh"))).alias("ta"), F.max(F.when(~s, F.col("rh"))).alias("tb"),
+        *[a for v in vs for a in (F.min(F.when(s, F.col(v))).alias(f"s{v}"), F.min(F.when(~s, F.col(v))).alias(f"t{v}"))])
+    ns, nt = F.col("ns"), F.col("nt")
+    matched = (ns > 0) & (nt > 0)
+    mixed = matched & ((F.col("sa") != F.col("sb")) | (F.col("ta") != F.col("tb")))
+    pairs = ns * nt
+    differ = matched & ~mixed & (F.col("sa") != F.col("ta"))
+    return per.select(
+        *ks, *[f"{side}{v}" for v in vs for side in "st"], pairs.alias("pairs"), mixed.alias("mixed"),
+        F.when(differ, pairs).otherwise(0).alias("upd"),
         F.when(nt == 0, ns).otherwise(0).alias("inserted"),
         F.when(ns == 0, nt).otherwise(0).alias("deleted"),
-        updated.alias("updated"),
-        same.alias("unchanged"),
+        F.when(differ, pairs).otherwise(0).alias("updated"),
+        F.when(matched & ~mixed & ~differ, pairs).otherwise(0).alias("unchanged"),
         F.xxhash64(*ks).alias("h"),
-        F.when(nt == 0, F.lit("inserted")).when(ns == 0, F.lit("deleted")).when(updated > 0, F.lit("updated")).alias("c"),
+        F.when(nt == 0, F.lit("inserted")).when(ns == 0, F.lit("deleted"))
+        .when(differ | mixed, F.lit("updated")).alias("c"),
     )
 
 
-def _restricted(both: DataFrame, per_key: DataFrame, ks: list[str], vs: list[str], chosen: set[tuple],
-                updated: int) -> DataFrame:
-    """The rows of both sides whose key is updated or a sample's (cached; the caller unpersists), each as its
-    key ``k0..``, ``s``, ``upd`` (an updated key), ``h`` (the key hash), ``c`` (the key's change), per value
-    column ``v{j}`` its value if numeric, else its 64-bit hash, and ``j``: the whole row's ``to_json`` text (NULL
-    fields written) for a sample's key, else NULL.
-
-    Those keys are broadcast to the scans of both sides when they are few (up to :data:`BROADCAST_KEYS`), so only
-    their rows leave the scan; more are joined by a shuffle."""
-    sampled = F.col("h").isin(sorted({x for _, x in chosen}))
-    interest = (per_key.where((F.col("updated") > 0) | sampled)
-                .select(*[F.col(k).alias(f"i{k}") for k in ks], (F.col("updated") > 0).alias("upd"),
-                        sampled.alias("smp"), "c"))
-    if updated + len(chosen) <= BROADCAST_KEYS:
-        interest = F.broadcast(interest)
-    rows = both.join(interest, [F.col(k).eqNullSafe(F.col(f"i{k}")) for k in ks])
-    values = [(F.col(v) if _is_numeric(both.schema[v].dataType) else F.xxhash64(*hash_args(both, [v]))).alias(v)
-              for v in vs]
-    text = F.when(F.col("smp"), F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}))
-    return (rows.select(*ks, "s", "upd", F.xxhash64(*ks).alias("h"), "c", *values, text.alias("j"))
-            .persist(StorageLevel.MEMORY_AND_DISK))
+def _changed(kind: DataType, staged: Column, current: Column) -> Column:
+    """Whether a value column changed between a pair's sides: values (numeric, see :func:`_same_value`) or
+    hashes (every other type)."""
+    return ~_same_value(kind, staged, current) if _is_numeric(kind) else staged != current
 
 
-def _column_changes(rows: DataFrame, ks: list[str], value_columns: Sequence[str], corrected_columns: Sequence[str],
-                    part) -> dict[str, dict]:
-    """Per partition (raw value of ``part``): ``n{j}`` the updated pairs in which value column ``j`` changed,
-    ``a{j}`` the sum of ``|staged - current|`` over them for a numeric column, and ``updated_outside``, from the
-    updated keys' narrow rows of :func:`_restricted`, joined by key."""
-    types = {f"v{j}": rows.schema[f"v{j}"].dataType for j in range(len(value_columns))}
+def _partition_sums(types: dict[str, DataType], outside: Sequence[str]) -> list[Column]:
+    """The per-partition aggregates of :func:`_per_key`'s rows: the four counts, ``mixed`` (mixed keys), per value
+    column ``v{j}`` ``n{j}`` (pairs in which it changed) and for a numeric one ``a{j}`` (the sum of ``|staged -
+    current|`` over them), ``updated_outside`` (pairs in which a column of ``outside`` changed), and per sample
+    bucket ``x{b}`` the smallest key hash of a changed key."""
+    upd, pairs = F.col("upd"), F.col("pairs")
+    changed = {v: (upd > 0) & _changed(kind, F.col(f"s{v}"), F.col(f"t{v}")) for v, kind in types.items()}
+    aggs = [F.sum("inserted").alias("inserted"), F.sum("deleted").alias("deleted"),
+            F.sum("updated").alias("updated"), F.sum("unchanged").alias("unchanged"),
+            F.count_if("mixed").alias("mixed"),
+            F.sum(F.when(reduce(lambda a, b: a | b, [changed[v] for v in outside], F.lit(False)), pairs)
+                  .otherwise(0)).alias("updated_outside")]
+    for v, kind in types.items():
+        j = v[1:]
+        aggs.append(F.sum(F.when(changed[v], pairs).otherwise(0)).alias(f"n{j}"))
+        if _is_numeric(kind):
+            aggs.append(F.sum(F.when(changed[v], _numeric_change(kind, F.col(f"s{v}"), F.col(f"t{v}")) * pairs))
+                        .alias(f"a{j}"))
+    # plain min of a bigint per bucket: a hash aggregation, where min_by of a struct would sort
+    aggs += [F.min(F.when(F.col("c").isNotNull() & (F.pmod("h", F.lit(SAMPLE_BUCKETS)) == b), F.col("h"))).alias(f"x{b}")
+             for b in range(SAMPLE_BUCKETS)]
+    return aggs
+
+
+def _mixed_keys(both: DataFrame, per_key: DataFrame, ks: list[str], types: dict[str, DataType],
+                outside: Sequence[str], part, count: int) -> dict[object, dict]:
+    """Per partition (raw value of ``part``), the sums of :func:`_partition_sums` (without the sample buckets
+    and the counts :func:`_per_key` already made) over the ``count`` mixed keys only, pair by pair: their rows
+    are joined by key, each pair alike (same row hash) unchanged, every other pair updated, compared column by
+    column. The keys are broadcast to the scans when they are few (up to :data:`BROADCAST_KEYS`)."""
+    mixed = per_key.where("mixed").select(*[F.col(k).alias(f"i{k}") for k in ks])
+    if count <= BROADCAST_KEYS:
+        mixed = F.broadcast(mixed)
+    rows = _narrow(both, ks, list(types)).join(mixed, [F.col(k).eqNullSafe(F.col(f"i{k}")) for k in ks])
+    rows = rows.select(*ks, "s", "rh", *types)
 
     def side(flag: bool, prefix: str) -> DataFrame:
-        return (rows.where(F.col("upd") & (F.col("s") == F.lit(flag)))
-                .select(*[F.col(c).alias(f"{prefix}{c}") for c in [*ks, *types]]))
+        return rows.where(F.col("s") == F.lit(flag)).select(*[F.col(c).alias(f"{prefix}{c}") for c in [*ks, "rh", *types]])
 
     joined = side(True, "s").join(side(False, "t"), [F.col(f"s{k}").eqNullSafe(F.col(f"t{k}")) for k in ks])
-    changed = {}
-    for j, c in enumerate(value_columns):
-        s, t, kind = F.col(f"sv{j}"), F.col(f"tv{j}"), types[f"v{j}"]
-        changed[c] = ~_same_value(kind, s, t) if _is_numeric(kind) else s != t
-    outside = reduce(lambda a, b: a | b, [v for c, v in changed.items() if c not in corrected_columns], F.lit(False))
-    aggs = [F.count_if(outside).alias("updated_outside")]
-    for j, c in enumerate(value_columns):
-        aggs.append(F.count_if(changed[c]).alias(f"n{j}"))
-        if _is_numeric(types[f"v{j}"]):
-            change = _numeric_change(types[f"v{j}"], F.col(f"sv{j}"), F.col(f"tv{j}"))
-            aggs.append(F.sum(F.when(changed[c], change)).alias(f"a{j}"))
+    same = F.col("srh") == F.col("trh")
+    changed = {v: ~same & _changed(kind, F.col(f"s{v}"), F.col(f"t{v}")) for v, kind in types.items()}
+    aggs = [F.count_if(~same).alias("updated"), F.count_if(same).alias("unchanged"),
+            F.count_if(reduce(lambda a, b: a | b, [changed[v] for v in outside], F.lit(False))).alias("updated_outside")]
+    for v, kind in types.items():
+        j = v[1:]
+        aggs.append(F.count_if(changed[v]).alias(f"n{j}"))
+        if _is_numeric(kind):
+            aggs.append(F.sum(F.when(changed[v], _numeric_change(kind, F.col(f"s{v}"), F.col(f"t{v}")))).alias(f"a{j}"))
     return {r["partition"]: r.asDict() for r in joined.groupBy(part("s")).agg(*aggs).collect()}
 
 
-def _samples(rows: DataFrame, ks: list[str], part: Column, chosen: set[tuple], keys: list[str],
+def _sample_rows(both: DataFrame, per_key: DataFrame, ks: list[str], vs: list[str], chosen: set[tuple]) -> DataFrame:
+    """The rows of both sides whose key is a sample's (``chosen``: ``(raw partition, key hash)``), each as its key
+    ``k0..``, ``s``, ``h`` (the key hash), ``c`` (the key's change) and ``j``: the whole row's ``to_json`` text
+    (NULL fields written). The key hashes filter both scans; the few keys' changes are broadcast."""
+    hashes = sorted({x for _, x in chosen})
+    changes = F.broadcast(per_key.where(F.col("h").isin(hashes)).select(*[F.col(k).alias(f"i{k}") for k in ks], "c"))
+    rows = (both.withColumn("h", F.xxhash64(*ks)).where(F.col("h").isin(hashes))
+            .join(changes, [F.col(k).eqNullSafe(F.col(f"i{k}")) for k in ks]))
+    return rows.select(*ks, "s", "h", "c", F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}).alias("j"))
+
+
+def _samples(rows: DataFrame, part: Column, chosen: set[tuple], keys: list[str],
              value_columns: Sequence[str]) -> dict[object, list[dict]]:
     """The :attr:`PartitionDiff.samples` of the ``chosen`` keys (``(raw partition, key hash)``), by raw
-    partition, from the sample rows' text in :func:`_restricted`."""
+    partition, from the sample rows' text (:func:`_sample_rows`)."""
     sides: dict[tuple, dict[bool, list[dict]]] = {}
     changes: dict[tuple, str] = {}
-    for r in sorted(rows.where(F.col("j").isNotNull()).select(part, "h", "c", "s", "j").collect(), key=lambda r: r["j"]):
+    for r in sorted(rows.select(part, "h", "c", "s", "j").collect(), key=lambda r: r["j"]):
         if (r["partition"], r["h"]) in chosen:
             sides.setdefault((r["partition"], r["h"]), {}).setdefault(r["s"], []).append(_decoded(r["j"]))
             changes[(r["partition"], r["h"])] = r["c"]
