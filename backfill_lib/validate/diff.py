@@ -17,7 +17,6 @@ from fractions import Fraction
 from functools import reduce
 from typing import Callable, Sequence, TypeVar
 
-from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -191,22 +190,22 @@ def diff_with_inserted(
     def part(prefix: str = "") -> Column:  # the partition of key columns ``{prefix}k0..``
         return keying.renamed({c: f"{prefix}k{keys.index(c)}" for c in keying.columns}).expr().alias("partition")
 
-    per_key = _per_key(both, ks, vs).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        counted = {r["partition"]: r.asDict() for r in per_key.groupBy(part()).agg(*_partition_sums(types, outside)).collect()}
-        mixed = sum(r["mixed"] for r in counted.values())
-        if mixed:  # rare: a key with unlike rows on one side
-            for p, exact in _mixed_keys(both, per_key, ks, types, outside, part, mixed).items():
-                counted[p].update({k: _add(counted[p][k], v) for k, v in exact.items() if k != "partition"})
-        chosen = {(p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
-        samples = _samples(_sample_rows(both, per_key, ks, vs, chosen), part(), chosen, keys, value_columns) if chosen else {}
-        added = sum(r["inserted"] for r in counted.values())
-        found = None
-        if inserted is not None and added:
-            found = inserted(per_key.where(F.col("inserted") > 0)
-                             .select(*[F.col(f"k{keys.index(k)}").alias(k) for k in asked]), added)
-    finally:
-        per_key.unpersist()
+    # One job: the per-key rows are aggregated per partition as they are made (kept nowhere: the few later reads
+    # that need keys find them again more cheaply than caching every key would cost).
+    per_key = _per_key(both, ks, vs)
+    counted = {r["partition"]: r.asDict() for r in per_key.groupBy(part()).agg(*_partition_sums(types, outside)).collect()}
+    mixed = sum(r["mixed"] for r in counted.values())
+    if mixed:  # rare: a key with unlike rows on one side
+        for p, exact in _mixed_keys(both, per_key, ks, types, outside, part, mixed).items():
+            counted[p].update({k: _add(counted[p][k], v) for k, v in exact.items() if k != "partition"})
+    chosen = {(p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
+    samples = _samples(_sample_rows(both, ks, vs, chosen), part(), chosen, keys, value_columns) if chosen else {}
+    added = sum(r["inserted"] for r in counted.values())
+    found = None
+    if inserted is not None and added:
+        s = F.col("s")
+        new = both.groupBy(*ks).agg(F.count_if(~s).alias("nt")).where(F.col("nt") == 0)
+        found = inserted(new.select(*[F.col(f"k{keys.index(k)}").alias(k) for k in asked]), added)
     numeric = [j for j, v in enumerate(vs) if _is_numeric(types[v])]
     out = {}
     for p, r in counted.items():
@@ -356,44 +355,37 @@ def _mixed_keys(both: DataFrame, per_key: DataFrame, ks: list[str], types: dict[
     return {r["partition"]: r.asDict() for r in joined.groupBy(part("s")).agg(*aggs).collect()}
 
 
-def _sample_rows(both: DataFrame, per_key: DataFrame, ks: list[str], vs: list[str], chosen: set[tuple]) -> DataFrame:
+def _sample_rows(both: DataFrame, ks: list[str], vs: list[str], chosen: set[tuple]) -> DataFrame:
     """The rows of both sides whose key is a sample's (``chosen``: ``(raw partition, key hash)``), each as its key
-    ``k0..``, ``s``, ``h`` (the key hash), ``c`` (the key's change) and ``j``: the whole row's ``to_json`` text
-    (NULL fields written). The key hashes filter both scans; the few keys' changes are broadcast."""
+    ``k0..``, ``s``, ``h`` (the key hash) and ``j``: the whole row's ``to_json`` text (NULL fields written). The
+    key hashes filter both scans."""
     hashes = sorted({x for _, x in chosen})
-    changes = F.broadcast(per_key.where(F.col("h").isin(hashes)).select(*[F.col(k).alias(f"i{k}") for k in ks], "c"))
-    rows = (both.withColumn("h", F.xxhash64(*ks)).where(F.col("h").isin(hashes))
-            .join(changes, [F.col(k).eqNullSafe(F.col(f"i{k}")) for k in ks]))
-    return rows.select(*ks, "s", "h", "c", F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}).alias("j"))
+    rows = both.withColumn("h", F.xxhash64(*ks)).where(F.col("h").isin(hashes))
+    return rows.select(*ks, "s", "h", F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}).alias("j"))
 
 
 def _samples(rows: DataFrame, part: Column, chosen: set[tuple], keys: list[str],
              value_columns: Sequence[str]) -> dict[object, list[dict]]:
-    """The :attr:`PartitionDiff.samples` of the ``chosen`` keys (``(raw partition, key hash)``), by raw
-    partition, from the sample rows' text (:func:`_sample_rows`)."""
+    """The :attr:`PartitionDiff.samples` of the ``chosen`` keys (``(raw partition, key hash)``: changed keys), by
+    raw partition, from the sample rows' text (:func:`_sample_rows`). A key with rows on the staged side only was
+    inserted, on the current side only deleted, on both updated."""
     sides: dict[tuple, dict[bool, list[dict]]] = {}
-    changes: dict[tuple, str] = {}
-    for r in sorted(rows.select(part, "h", "c", "s", "j").collect(), key=lambda r: r["j"]):
+    for r in sorted(rows.select(part, "h", "s", "j").collect(), key=lambda r: r["j"]):
         if (r["partition"], r["h"]) in chosen:
             sides.setdefault((r["partition"], r["h"]), {}).setdefault(r["s"], []).append(_decoded(r["j"]))
-            changes[(r["partition"], r["h"])] = r["c"]
     out: dict[object, list[dict]] = {}
-    for (p, x), change in changes.items():
-        got = sides[(p, x)]
+    for (p, x), got in sides.items():
+        change = "updated" if len(got) == 2 else "inserted" if True in got else "deleted"
         after = (got.get(True) or [None])[0]
         # a key repeated on a side: its first row in text order that differs from the other side's
         before = next((t for t in got.get(False, []) if t != after), (got.get(False) or [None])[0])
         keyed = before if change == "deleted" else after
-        if keyed is None:
-            continue
         out.setdefault(p, []).append({
             "h": int(x),
             "change": change,
             "key": {c: keyed[f"k{i}"] for i, c in enumerate(keys)},
-            "before": None if change == "inserted" or before is None else
-            {c: before[f"v{j}"] for j, c in enumerate(value_columns)},
-            "after": None if change == "deleted" or after is None else
-            {c: after[f"v{j}"] for j, c in enumerate(value_columns)},
+            "before": None if change == "inserted" else {c: before[f"v{j}"] for j, c in enumerate(value_columns)},
+            "after": None if change == "deleted" else {c: after[f"v{j}"] for j, c in enumerate(value_columns)},
         })
     return out
 
