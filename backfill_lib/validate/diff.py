@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 from functools import reduce
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Sequence
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
@@ -28,8 +28,6 @@ from backfill_lib.core.errors import BackfillError, IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys, keys_of
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.rules import DiffGate
-
-T = TypeVar("T")
 
 #: how many changed rows a partition's diff keeps as samples: the key hash's buckets, one row from each
 SAMPLE_BUCKETS = 4
@@ -110,23 +108,8 @@ def diff_by_key(
     value_columns: Sequence[str] | None = None,
     *,
     corrected_columns: Sequence[str] = (),
+    inserted: Callable[[DataFrame, int], object] | None = None,
 ) -> dict[str, PartitionDiff]:
-    """Diff ``staged`` against ``current`` by ``keys``, per partition, comparing narrow row hashes: the diffs of
-    :func:`diff_with_inserted`, without the inserted keys."""
-    return diff_with_inserted(staged, current, keys, partition_column, value_columns,
-                              corrected_columns=corrected_columns)[0]
-
-
-def diff_with_inserted(
-    staged: DataFrame,
-    current: DataFrame,
-    keys: Sequence[str],
-    partition_column: str | PartitionKeys,
-    value_columns: Sequence[str] | None = None,
-    *,
-    corrected_columns: Sequence[str] = (),
-    inserted: Callable[[DataFrame, int], T] | None = None,
-) -> tuple[dict[str, PartitionDiff], T | None]:
     """Diff ``staged`` against ``current`` by ``keys``, per partition, comparing narrow row hashes.
 
     Both sides are read as narrow rows: the key, the row hash over the value columns in the canonical form of
@@ -156,15 +139,14 @@ def diff_with_inserted(
         The columns the backfill is meant to change; see :attr:`PartitionDiff.updated_outside`.
 
     inserted : callable, optional
-        Called, when some key is inserted, with a DataFrame of the inserted keys (one row per inserted key and
-        partition, columns ``keys`` as given, without the partition columns the diff adds) and how many rows it
-        has; the DataFrame is read from the diff's own per-key rows, so asking it reads neither side again.
+        Called once, when some key is inserted, with a DataFrame of the inserted keys (one row per inserted key
+        and partition, columns ``keys`` as given, without the partition columns the diff adds; a keys-only pass
+        over both sides) and how many rows it has.
 
     Returns
     -------
-    tuple
-        One :class:`PartitionDiff` per partition that has rows on either side, by partition key; and what
-        ``inserted`` returned (``None`` when no key was inserted or no ``inserted`` was given).
+    dict of str to PartitionDiff
+        One entry per partition that has rows on either side.
 
     Raises
     ------
@@ -201,11 +183,9 @@ def diff_with_inserted(
     chosen = {(p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
     samples = _samples(_sample_rows(both, ks, vs, chosen), part(), chosen, keys, value_columns) if chosen else {}
     added = sum(r["inserted"] for r in counted.values())
-    found = None
     if inserted is not None and added:
-        s = F.col("s")
-        new = both.groupBy(*ks).agg(F.count_if(~s).alias("nt")).where(F.col("nt") == 0)
-        found = inserted(new.select(*[F.col(f"k{keys.index(k)}").alias(k) for k in asked]), added)
+        new = both.groupBy(*ks).agg(F.count_if(~F.col("s")).alias("nt")).where(F.col("nt") == 0)
+        inserted(new.select(*[F.col(f"k{keys.index(k)}").alias(k) for k in asked]), added)
     numeric = [j for j, v in enumerate(vs) if _is_numeric(types[v])]
     out = {}
     for p, r in counted.items():
@@ -222,7 +202,7 @@ def diff_with_inserted(
             r["updated_outside"],
             tuple(sorted(samples.get(p, []), key=lambda x: x["h"])),
         )
-    return out, found
+    return out
 
 
 def _add(a, b):

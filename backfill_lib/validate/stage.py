@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from functools import partial
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -31,7 +30,7 @@ from backfill_lib.run.staging import pinned, staged_rows
 from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.base import fingerprint_aggregates, fingerprints_of
 from backfill_lib.validate.constraints import applicable, constraint_checks
-from backfill_lib.validate.diff import BROADCAST_KEYS, diff_with_inserted
+from backfill_lib.validate.diff import BROADCAST_KEYS, diff_by_key
 from backfill_lib.validate.diff import evaluate as evaluate_diff
 from backfill_lib.validate.diff import target_duplicate_checks
 from backfill_lib.validate.gates import row_count_checks
@@ -252,10 +251,15 @@ class Validate:
         # Keys that hold the partition's value cannot live outside the range: no read for them.
         keyed_by_partition = ({c.lower() for c in plan.partition_keys.columns}
                               <= {k.lower() for k in plan.request.keys})
-        outside = None if whole or keyed_by_partition else partial(self._keys_outside, plan)
+        found: list[KeysOutsideRangeError | None] = [None]
+
+        def outside(keys: DataFrame, count: int) -> None:
+            found[0] = self._keys_outside(plan, keys, count)
+
         shared = [quote_ident(c) for c in shared]
-        return diff_with_inserted(staged.select(*shared), current.select(*shared), plan.request.keys,
-                                  plan.partition_keys, corrected_columns=corrected, inserted=outside)
+        diffs = diff_by_key(staged.select(*shared), current.select(*shared), plan.request.keys, plan.partition_keys,
+                            corrected_columns=corrected, inserted=None if whole or keyed_by_partition else outside)
+        return diffs, found[0]
 
     def gate(self, plan: BackfillPlan, record: dict, validated: Validated) -> None:
         """Block publishing when a check failed (record the failed partitions and the run ``failed``), or when a
