@@ -104,16 +104,11 @@ class Publish:
                 # whatever the ledger last recorded, and Delta's idempotent-write guard (txnAppId, txnVersion)
                 # refuses a second one. The event commits with the run's last ones.
                 record = self.ledger.record_run(record, "publishing", approved_by=plan.approved_by)
-                # Three independent reads before the commit, at once (each mostly waits on Spark and the logs);
-                # their verdicts are taken in order.
-                with ThreadPoolExecutor(2, thread_name_prefix=f"{plan.run_id}-prepublish") as reads:
-                    abandoned = reads.submit(in_pool, self.spark, self.ledger.abandoned_event, plan.run_id)
-                    sources = reads.submit(in_pool, self.spark, self.check_sources, plan, reporter)
-                    check_rollback_ready(self.spark, plan.target_table,
-                                         {"the version this run was validated against": plan.target_version})
-                    checks += sources.result()
-                    crash_point("before_publish")
-                    self.check_not_stopped(plan, record, abandoned.result())
+                check_rollback_ready(self.spark, plan.target_table,
+                                     {"the version this run was validated against": plan.target_version})
+                checks += self.check_sources(plan, reporter)
+                crash_point("before_publish")
+                self.check_not_stopped(plan, record)
                 reporter.stage(f"publishing {len(plan.partitions)} partitions into {plan.target_table} ({strategy.name})")
                 if plan.target_change_data_feed:
                     reporter.stage("change data feed: " + strategy.change_feed(
@@ -156,13 +151,12 @@ class Publish:
             raise RolledBackError(f"table {plan.target_table}: {message}")
         return Committed(record, pre, version, tuple(checks), tuple(post))
 
-    def check_not_stopped(self, plan: BackfillPlan, record: dict, abandoned: dict | None | bool = False) -> None:
+    def check_not_stopped(self, plan: BackfillPlan, record: dict) -> None:
         """Right before the commit: refuse when the run was cancelled in this process or abandoned by another
-        (``backfill abandon`` while it ran: the ledger is read because nothing else tells this process).
-        One filtered read of the ledger's ``runs`` table, of this run's ``abandoned`` events (``abandoned``: what
-        :meth:`~backfill_lib.run.ledger.store.Ledger.abandoned_event` returned, read by the caller just before;
-        ``False``: read here); an abandon recorded after this read and before the commit lands is not seen (the
-        commit then stands and the run records ``published`` after it).
+        (``backfill abandon`` while it ran: the ledger is read here because nothing else tells this process).
+        One filtered read of the ledger's ``runs`` table, of this run's ``abandoned`` events; an abandon recorded
+        after this read and before the commit lands is not seen (the commit then stands and the run records
+        ``published`` after it).
 
         Raises
         ------
@@ -175,8 +169,7 @@ class Publish:
         if self.cancelled is not None and self.cancelled.is_set():
             raise CancelledError(f"run {plan.run_id} cancelled before its commit; nothing published; "
                                  f"continue with: backfill resume {plan.run_id}")
-        if abandoned is False:
-            abandoned = self.ledger.abandoned_event(plan.run_id)
+        abandoned = self.ledger.abandoned_event(plan.run_id)
         if abandoned is not None:
             message = abandoned["message"] or "abandoned"
             self.ledger.record_run(record, "abandoned", message=message)

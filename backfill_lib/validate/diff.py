@@ -141,7 +141,7 @@ def diff_by_key(
     inserted : callable, optional
         Called once, when some key is inserted, with a DataFrame of the inserted keys (one row per inserted key
         and partition, columns ``keys`` as given, without the partition columns the diff adds; a keys-only pass
-        over both sides) and how many rows it has.
+        over both sides) and how many rows were inserted (at least as many as those keys).
 
     Returns
     -------
@@ -244,15 +244,13 @@ def _narrow(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
 
 
 def _per_key(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
-    """One row per key (``k0..``) of either side, in one shuffle: ``ns``, ``nt`` (its rows on each side),
-    ``pairs`` (``ns * nt``: the pairs a join on the keys makes), ``mixed`` (a side holds rows that differ: its
-    pairs are counted by :func:`_mixed_keys`), ``upd`` (pairs that differ, on a key that is not mixed),
-    ``inserted``, ``deleted``, ``updated`` (0 for a mixed key), ``unchanged``, ``h`` (``xxhash64`` of the key),
-    ``c`` (the change: ``inserted``, ``deleted``, ``updated`` or NULL) and per value column ``s{v}``/``t{v}``:
-    its value (or hash) on each side.
-
-    A side's rows of one key are alike exactly when their row hashes' minimum and maximum agree; then any of
-    them stands for all, so the key's values are the sides' minimums."""
+    """One row per key (``k0..``) of either side, in one shuffle: ``mixed`` (on both sides, and repeated on one:
+    its pairs, as a join on the keys makes them, are counted by :func:`_mixed_keys`), ``upd`` (one row against
+    one that differs), ``inserted``, ``deleted`` (its rows, on the one side it is on), ``updated``,
+    ``unchanged`` (0 or 1; 0 for a mixed key), ``h`` (``xxhash64`` of the key), ``c`` (the change:
+    ``inserted``, ``deleted``, ``updated`` or NULL; a mixed key is updated unless all its rows are alike, by
+    their row hashes' minimum and maximum) and per value column ``s{v}``/``t{v}``: its value (or hash) on each
+    side (the minimum: for a key that is not mixed, its one row's)."""
     s = F.col("s")
     per = _narrow(both, ks, vs).groupBy(*ks).agg(
         F.count_if(s).alias("ns"), F.count_if(~s).alias("nt"),
@@ -261,19 +259,21 @@ def _per_key(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
         *[a for v in vs for a in (F.min(F.when(s, F.col(v))).alias(f"s{v}"), F.min(F.when(~s, F.col(v))).alias(f"t{v}"))])
     ns, nt = F.col("ns"), F.col("nt")
     matched = (ns > 0) & (nt > 0)
-    mixed = matched & ((F.col("sa") != F.col("sb")) | (F.col("ta") != F.col("tb")))
-    pairs = ns * nt
+    # A key on both sides is exact here only as one row against one: a repeated key's pairs are counted (and
+    # its changes summed) pair by pair, so no sum is ever scaled by a pair count (a decimal would lose scale).
+    mixed = matched & ((ns > 1) | (nt > 1))
     differ = matched & ~mixed & (F.col("sa") != F.col("ta"))
     return per.select(
-        *ks, *[f"{side}{v}" for v in vs for side in "st"], pairs.alias("pairs"), mixed.alias("mixed"),
-        F.when(differ, pairs).otherwise(0).alias("upd"),
+        *ks, *[f"{side}{v}" for v in vs for side in "st"], mixed.alias("mixed"),
+        differ.alias("upd"),
         F.when(nt == 0, ns).otherwise(0).alias("inserted"),
         F.when(ns == 0, nt).otherwise(0).alias("deleted"),
-        F.when(differ, pairs).otherwise(0).alias("updated"),
-        F.when(matched & ~mixed & ~differ, pairs).otherwise(0).alias("unchanged"),
+        F.when(differ, 1).otherwise(0).alias("updated"),
+        F.when(matched & ~mixed & ~differ, 1).otherwise(0).alias("unchanged"),
         F.xxhash64(*ks).alias("h"),
         F.when(nt == 0, F.lit("inserted")).when(ns == 0, F.lit("deleted"))
-        .when(differ | mixed, F.lit("updated")).alias("c"),
+        .when(differ | (mixed & ~((F.col("sa") == F.col("sb")) & (F.col("ta") == F.col("tb")) & (F.col("sa") == F.col("ta")))),
+              F.lit("updated")).alias("c"),
     )
 
 
@@ -288,19 +288,16 @@ def _partition_sums(types: dict[str, DataType], outside: Sequence[str]) -> list[
     column ``v{j}`` ``n{j}`` (pairs in which it changed) and for a numeric one ``a{j}`` (the sum of ``|staged -
     current|`` over them), ``updated_outside`` (pairs in which a column of ``outside`` changed), and per sample
     bucket ``x{b}`` the smallest key hash of a changed key."""
-    upd, pairs = F.col("upd"), F.col("pairs")
-    changed = {v: (upd > 0) & _changed(kind, F.col(f"s{v}"), F.col(f"t{v}")) for v, kind in types.items()}
+    changed = {v: F.col("upd") & _changed(kind, F.col(f"s{v}"), F.col(f"t{v}")) for v, kind in types.items()}
     aggs = [F.sum("inserted").alias("inserted"), F.sum("deleted").alias("deleted"),
             F.sum("updated").alias("updated"), F.sum("unchanged").alias("unchanged"),
             F.count_if("mixed").alias("mixed"),
-            F.sum(F.when(reduce(lambda a, b: a | b, [changed[v] for v in outside], F.lit(False)), pairs)
-                  .otherwise(0)).alias("updated_outside")]
+            F.count_if(reduce(lambda a, b: a | b, [changed[v] for v in outside], F.lit(False))).alias("updated_outside")]
     for v, kind in types.items():
         j = v[1:]
-        aggs.append(F.sum(F.when(changed[v], pairs).otherwise(0)).alias(f"n{j}"))
+        aggs.append(F.count_if(changed[v]).alias(f"n{j}"))
         if _is_numeric(kind):
-            aggs.append(F.sum(F.when(changed[v], _numeric_change(kind, F.col(f"s{v}"), F.col(f"t{v}")) * pairs))
-                        .alias(f"a{j}"))
+            aggs.append(F.sum(F.when(changed[v], _numeric_change(kind, F.col(f"s{v}"), F.col(f"t{v}")))).alias(f"a{j}"))
     # plain min of a bigint per bucket: a hash aggregation, where min_by of a struct would sort
     aggs += [F.min(F.when(F.col("c").isNotNull() & (F.pmod("h", F.lit(SAMPLE_BUCKETS)) == b), F.col("h"))).alias(f"x{b}")
              for b in range(SAMPLE_BUCKETS)]

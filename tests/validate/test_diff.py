@@ -140,3 +140,19 @@ def test_values_swapped_with_null_maps_reordered_and_repeated_keys(spark):
     three = diff_by_key(staged.where("id = 3"), current.where("id = 3"), ["id"], "dt")["2024-03-10"]
     assert [(x["before"], x["after"]) for x in three.samples] == [
         ({"a": "c", "b": "d", "m": "{}"}, {"a": "c", "b": "c", "m": "{}"})]
+
+
+def test_wide_decimal_changes_sum_exactly_and_a_repeated_key_pairs_as_a_join(spark):
+    # decimal(38,18): a change of 1e-17 must count in abs_change, not round away; key 2 is repeated alike on
+    # the target side, so its one staged row pairs twice (2 updated pairs, both changed by 0.5)
+    schema = StructType([StructField("id", IntegerType()), StructField("dt", DateType()),
+                         StructField("v", DecimalType(38, 18))])
+    current = spark.createDataFrame([(1, D10, Decimal("1.00000000000000000")), (2, D10, Decimal("2")),
+                                     (2, D10, Decimal("2"))], schema)
+    staged = spark.createDataFrame([(1, D10, Decimal("1.00000000000000001")), (2, D10, Decimal("2.5"))], schema)
+
+    d = diff_by_key(staged, current, ["id"], "dt")["2024-03-10"]
+
+    assert (d.inserted, d.deleted, d.updated, d.unchanged) == (0, 0, 3, 0)
+    assert d.changed_columns == {"v": 3}
+    assert d.abs_change == {"v": Decimal("1.00000000000000001")}
