@@ -283,21 +283,28 @@ def _changed(kind: DataType, staged: Column, current: Column) -> Column:
     return ~_same_value(kind, staged, current) if _is_numeric(kind) else staged != current
 
 
-def _partition_sums(types: dict[str, DataType], outside: Sequence[str]) -> list[Column]:
-    """The per-partition aggregates of :func:`_per_key`'s rows: the four counts, ``mixed`` (mixed keys), per value
-    column ``v{j}`` ``n{j}`` (pairs in which it changed) and for a numeric one ``a{j}`` (the sum of ``|staged -
-    current|`` over them), ``updated_outside`` (pairs in which a column of ``outside`` changed), and per sample
-    bucket ``x{b}`` the smallest key hash of a changed key."""
-    changed = {v: F.col("upd") & _changed(kind, F.col(f"s{v}"), F.col(f"t{v}")) for v, kind in types.items()}
-    aggs = [F.sum("inserted").alias("inserted"), F.sum("deleted").alias("deleted"),
-            F.sum("updated").alias("updated"), F.sum("unchanged").alias("unchanged"),
-            F.count_if("mixed").alias("mixed"),
-            F.count_if(reduce(lambda a, b: a | b, [changed[v] for v in outside], F.lit(False))).alias("updated_outside")]
+def _column_sums(updated: Column, types: dict[str, DataType], outside: Sequence[str]) -> list[Column]:
+    """Over rows pairing a staged ``s{v}`` with a current ``t{v}`` per value column ``v`` (``updated``: the pair
+    differs): ``updated_outside`` (pairs in which a column of ``outside`` changed), per value column ``v{j}``
+    ``n{j}`` (pairs in which it changed) and for a numeric one ``a{j}`` (the sum of ``|staged - current|`` over
+    them)."""
+    changed = {v: updated & _changed(kind, F.col(f"s{v}"), F.col(f"t{v}")) for v, kind in types.items()}
+    aggs = [F.count_if(reduce(lambda a, b: a | b, [changed[v] for v in outside], F.lit(False))).alias("updated_outside")]
     for v, kind in types.items():
         j = v[1:]
         aggs.append(F.count_if(changed[v]).alias(f"n{j}"))
         if _is_numeric(kind):
             aggs.append(F.sum(F.when(changed[v], _numeric_change(kind, F.col(f"s{v}"), F.col(f"t{v}")))).alias(f"a{j}"))
+    return aggs
+
+
+def _partition_sums(types: dict[str, DataType], outside: Sequence[str]) -> list[Column]:
+    """The per-partition aggregates of :func:`_per_key`'s rows: the four counts, ``mixed`` (mixed keys), the
+    :func:`_column_sums` of the keys that are one row against one, and per sample bucket ``x{b}`` the smallest key
+    hash of a changed key."""
+    aggs = [F.sum("inserted").alias("inserted"), F.sum("deleted").alias("deleted"),
+            F.sum("updated").alias("updated"), F.sum("unchanged").alias("unchanged"),
+            F.count_if("mixed").alias("mixed"), *_column_sums(F.col("upd"), types, outside)]
     # plain min of a bigint per bucket: a hash aggregation, where min_by of a struct would sort
     aggs += [F.min(F.when(F.col("c").isNotNull() & (F.pmod("h", F.lit(SAMPLE_BUCKETS)) == b), F.col("h"))).alias(f"x{b}")
              for b in range(SAMPLE_BUCKETS)]
@@ -321,14 +328,8 @@ def _mixed_keys(both: DataFrame, per_key: DataFrame, ks: list[str], types: dict[
 
     joined = side(True, "s").join(side(False, "t"), [F.col(f"s{k}").eqNullSafe(F.col(f"t{k}")) for k in ks])
     same = F.col("srh") == F.col("trh")
-    changed = {v: ~same & _changed(kind, F.col(f"s{v}"), F.col(f"t{v}")) for v, kind in types.items()}
     aggs = [F.count_if(~same).alias("updated"), F.count_if(same).alias("unchanged"),
-            F.count_if(reduce(lambda a, b: a | b, [changed[v] for v in outside], F.lit(False))).alias("updated_outside")]
-    for v, kind in types.items():
-        j = v[1:]
-        aggs.append(F.count_if(changed[v]).alias(f"n{j}"))
-        if _is_numeric(kind):
-            aggs.append(F.sum(F.when(changed[v], _numeric_change(kind, F.col(f"s{v}"), F.col(f"t{v}")))).alias(f"a{j}"))
+            *_column_sums(~same, types, outside)]
     return {r["partition"]: r.asDict() for r in joined.groupBy(part("s")).agg(*aggs).collect()}
 
 
