@@ -116,8 +116,8 @@ def diff_by_key(
     :func:`~backfill_lib.adapters.checksums.row_hash` (NULL-aware, every column type), and per value column its
     64-bit hash (its value, for a numeric column). One shuffle groups them by key and gives every count,
     ``changed_columns``, ``abs_change``, ``updated_outside`` and the sample keys; only the sample keys' rows are
-    read whole. A key whose rows on one side differ from each other (a repeated key, rare) is paired row by row
-    in a second, small pass over those keys only.
+    read whole. A key on both sides and repeated on one (rare: duplicate staged keys fail the gate) is paired row
+    by row in a second pass over those keys only.
 
     Parameters
     ----------
@@ -177,7 +177,7 @@ def diff_by_key(
     per_key = _per_key(both, ks, vs)
     counted = {r["partition"]: r.asDict() for r in per_key.groupBy(part()).agg(*_partition_sums(types, outside)).collect()}
     mixed = sum(r["mixed"] for r in counted.values())
-    if mixed:  # rare: a key with unlike rows on one side
+    if mixed:  # rare: a key on both sides and repeated on one
         for p, exact in _mixed_keys(both, per_key, ks, types, outside, part, mixed).items():
             counted[p].update({k: _add(counted[p][k], v) for k, v in exact.items() if k != "partition"})
     chosen = {(p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
