@@ -18,6 +18,7 @@ from backfill_lib.core.errors import GateFailedError
 from tests.conftest import write_request
 from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, events_request
 from tests.publish.test_auto_compaction import MAX_RECORDS, MIN_FILES, history, make_compacting
+from tests.publish.test_auto_compaction import own_ledger  # noqa: F401  (the fixture)
 
 
 @contextmanager
@@ -46,7 +47,7 @@ def rebuild_request(tmp_path, db):
 
 
 def test_a_rebuild_of_a_compacting_target_publishes_its_own_commit_and_rolls_back_through_the_cli(
-        spark, settings, db, tmp_path, make_runner):
+        spark, db, tmp_path, own_ledger):
     from backfill_lib.cli import main
     from backfill_lib.runner import prepare
 
@@ -55,8 +56,8 @@ def test_a_rebuild_of_a_compacting_target_publishes_its_own_commit_and_rolls_bac
     rebuilt = [(1, D8, 1), (2, D8, 2), (3, D9, 3), (4, D9, 4), (5, D9, 5), (7, D9, 7), (6, D10, 6)]
     spark.createDataFrame(rebuilt, EVENTS_SCHEMA).write.format("delta").saveAsTable(f"{db}.events_all")
     with compacting_confs(spark):  # the rebuild writes 4 one-row files in 2024-03-09: enough to compact
-        plan, state = prepare(spark, settings, rebuild_request(tmp_path, db))
-        result = make_runner().run(plan, state)
+        plan, state = prepare(spark, own_ledger.settings, rebuild_request(tmp_path, db))
+        result = own_ledger.runner(spark).run(plan, state)
         assert (result.status, result.published_version) == ("published", 3)
         assert history(spark, f"{db}.events")[3:] == [("CREATE OR REPLACE TABLE AS SELECT", "publish")]
         assert_df_equality(spark.table(f"{db}.events"),
@@ -66,7 +67,7 @@ def test_a_rebuild_of_a_compacting_target_publishes_its_own_commit_and_rolls_bac
         props = spark.sql(f"DESCRIBE DETAIL {db}.events").first()["properties"]
         assert props.get("delta.autoOptimize.autoCompact") == "true"
 
-        assert main(["rollback", plan.run_id, "--by", "ana", "--reason", "TEST-17 probe"]) == 0
+        assert main([*own_ledger.cli, "rollback", plan.run_id, "--by", "ana", "--reason", "TEST-17 probe"]) == 0
     assert history(spark, f"{db}.events")[3:] == [("CREATE OR REPLACE TABLE AS SELECT", "publish"),
                                                   ("RESTORE", "rollback")]
     assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(rows, EVENTS_SCHEMA),
@@ -74,7 +75,7 @@ def test_a_rebuild_of_a_compacting_target_publishes_its_own_commit_and_rolls_bac
 
 
 def test_a_patch_repeating_a_source_key_on_a_compacting_target_fails_the_gate_and_writes_no_version(
-        spark, settings, db, tmp_path, make_runner):
+        spark, db, tmp_path, own_ledger):
     from backfill_lib.runner import prepare
 
     rows = make_compacting(spark, db)
@@ -82,10 +83,10 @@ def test_a_patch_repeating_a_source_key_on_a_compacting_target_fails_the_gate_an
         .saveAsTable(f"{db}.events_src")  # id 3 twice in 2024-03-09
     before = current_version(spark, f"{db}.events")
     with compacting_confs(spark):
-        plan, state = prepare(spark, settings, events_request(tmp_path, db, strategy="patch", sql=(
+        plan, state = prepare(spark, own_ledger.settings, events_request(tmp_path, db, strategy="patch", sql=(
             f"SELECT id, dt, v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end")))
         with pytest.raises(GateFailedError, match=r"validation gate failed for .*\.events, nothing published") as failed:
-            make_runner().run(plan, state)
+            own_ledger.runner(spark).run(plan, state)
     assert any(re.search(r"keys_unique\(id\) failed on the range: duplicate keys \(id\) in .*: \(3\) 2 times$",
                          c.describe()) for c in failed.value.failures)
     assert before == 2
@@ -109,7 +110,7 @@ HITS_ROWS = [(1, utc(10, 6), 1), (2, utc(10, 7), 2), (3, utc(10, 7), 3), (4, utc
 
 
 def test_an_hourly_recompute_in_utc_on_a_compacting_target_over_the_dst_night_rolls_back_exactly(
-        spark, settings, db, tmp_path, make_runner):
+        spark, db, tmp_path, own_ledger):
     from backfill_lib.cli import main
     from backfill_lib.runner import prepare
 
@@ -128,16 +129,16 @@ def test_an_hourly_recompute_in_utc_on_a_compacting_target_over_the_dst_night_ro
                          range={"start": "2024-03-10", "end": "2024-03-10"}, time_zone="UTC",
                          strategy="recompute", source={"sql": str(sql)}, keys=["id"], expectations=str(suite))
     with compacting_confs(spark):  # 4 one-row files in 07:00Z after the publish: compacted
-        plan, state = prepare(spark, settings, path)
+        plan, state = prepare(spark, own_ledger.settings, path)
         assert len(plan.partitions) == 24 and plan.partitions[7].key == "2024-03-10T07:00:00+00:00"
-        result = make_runner().run(plan, state)
+        result = own_ledger.runner(spark).run(plan, state)
         assert (result.status, result.published_version) == ("published", 3)
         assert history(spark, f"{db}.hits")[3:] == [("WRITE", "publish"), ("OPTIMIZE", None)]
         assert_df_equality(spark.table(f"{db}.hits"), spark.createDataFrame(
             [(i, h, v * 10) for i, h, v in HITS_ROWS[:5]] + [(7, utc(10, 7), 70), HITS_ROWS[5]], HITS),
             ignore_row_order=True, ignore_nullable=True)
 
-        assert main(["rollback", plan.run_id, "--by", "ana", "--reason", "TEST-17 probe"]) == 0
+        assert main([*own_ledger.cli, "rollback", plan.run_id, "--by", "ana", "--reason", "TEST-17 probe"]) == 0
     assert history(spark, f"{db}.hits")[3:] == [("WRITE", "publish"), ("OPTIMIZE", None), ("RESTORE", "rollback")]
     assert_df_equality(spark.table(f"{db}.hits"), spark.createDataFrame(HITS_ROWS, HITS),
                        ignore_row_order=True, ignore_nullable=True)
