@@ -11,6 +11,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+from backfill_lib.adapters.session import SHORT_LIVED_JVM_OPTIONS
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.demo
@@ -25,9 +26,20 @@ def readme_demo_line() -> str:
     return lines[0]
 
 
+#: Java options of every JVM the commands start (spark-submit reads ``SPARK_SUBMIT_OPTS``, silently): C1 only, as
+#: ``backfill plan`` and ``status`` have anyway (SHORT_LIVED_JVM_OPTIONS), the crash tests' processes and the
+#: cluster test's JVMs. On 2 cores, C2's compiler threads took a third of these cold, one-to-two-minute processes'
+#: CPU: ``backfill demo --reset`` 81-90 s of CPU with C2 against 49-51 s with C1 only, ``run`` of the demo request
+#: 120-141 s against 93-99 s, its ``rollback`` 90-91 s against 52-56 s (alternated, load 3-12, 2026-12-05). What
+#: the commands do and print is the same.
+JIT_OPTIONS = SHORT_LIVED_JVM_OPTIONS
+
+
 def shell(command: str, home: Path, timeout: int = 1800) -> subprocess.CompletedProcess:
-    """Run ``command`` in bash from the repository, as a user's shell would, on the local default at ``home``."""
+    """Run ``command`` in bash from the repository, as a user's shell would, on the local default at ``home``
+    (each JVM with :data:`JIT_OPTIONS`)."""
     env = {**os.environ, "BACKFILL_HOME": str(home),
+           "SPARK_SUBMIT_OPTS": f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {JIT_OPTIONS}".strip(),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     return subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
