@@ -162,6 +162,8 @@ class Runner:
         plan = self._with_staging_mode(plan, until)
         leased = not self.concurrent and plan.parent_run_id is None  # a mart's child runs under its parent's lease
         mark = self._take_turn(plan) if leased else None
+        if leased:
+            self.ledger.watch_from(plan.run_id, mark)
         with self.ledger.durable():
             record = self.ledger.record_run(run_record(plan), "planned")
             if on_durable:

@@ -11,6 +11,7 @@ into one :class:`~backfill_lib.core.checks.Check` per partition and threshold of
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -23,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType
 
 from backfill_lib.adapters.checksums import hash_args, row_hash
+from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import BackfillError, IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys, keys_of
@@ -141,7 +143,8 @@ def diff_by_key(
     inserted : callable, optional
         Called once, when some key is inserted, with a DataFrame of the inserted keys (one row per inserted key
         and partition, columns ``keys`` as given, without the partition columns the diff adds; a keys-only pass
-        over both sides) and how many rows were inserted (at least as many as those keys).
+        over both sides) and how many rows were inserted (at least as many as those keys); from another thread,
+        while the sample rows are read, its Spark jobs in the run's FAIR pool. What it raises is raised here.
 
     Returns
     -------
@@ -181,11 +184,18 @@ def diff_by_key(
         for p, exact in _mixed_keys(both, per_key, ks, types, outside, part, mixed).items():
             counted[p].update({k: _add(counted[p][k], v) for k, v in exact.items() if k != "partition"})
     chosen = {(p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
-    samples = _samples(_sample_rows(both, ks, vs, chosen), part(), chosen, keys, value_columns) if chosen else {}
     added = sum(r["inserted"] for r in counted.values())
-    if inserted is not None and added:
-        new = both.groupBy(*ks).agg(F.count_if(~F.col("s")).alias("nt")).where(F.col("nt") == 0)
-        inserted(new.select(*[F.col(f"k{keys.index(k)}").alias(k) for k in asked]), added)
+    # The inserted keys' callback and the sample read are independent jobs: at once, each mostly fixed latency.
+    with ThreadPoolExecutor(1, thread_name_prefix="diff-inserted") as pool:
+        called = None
+        if inserted is not None and added:
+            new = both.groupBy(*ks).agg(F.count_if(~F.col("s")).alias("nt")).where(F.col("nt") == 0)
+            spark = both.sparkSession
+            called = pool.submit(in_pool, spark, inserted, new.select(*[F.col(f"k{keys.index(k)}").alias(k)
+                                                                        for k in asked]), added)
+        samples = _samples(_sample_rows(both, ks, vs, chosen), part(), chosen, keys, value_columns) if chosen else {}
+        if called is not None:
+            called.result()
     numeric = [j for j, v in enumerate(vs) if _is_numeric(types[v])]
     out = {}
     for p, r in counted.items():

@@ -214,3 +214,24 @@ def test_events_recorded_while_a_publish_sets_its_commit_confs_commit_after_it_w
     history = spark.sql(f"DESCRIBE HISTORY {db}.runs").where(f"version > {before}").collect()
     assert [tagged_runs(h["userMetadata"]) for h in history] == [["r_confs"]] * len(history)  # its own tags
     assert len(history) >= 1
+
+
+def test_the_abandon_check_finds_an_abandon_committed_by_another_writer_after_the_mark(spark, db):
+    ledger, elsewhere = Ledger(spark, db), Ledger(spark, db)
+    ledger.ensure()
+    ledger.flush()
+    mark = ledger.commit_mark("runs")
+    ledger.watch_from("r9", mark)
+    record = ledger.record_run({"run_id": "r9", "target_table": "x.events", "plan_json": "{}"}, "planned")
+    ledger.record_run(record, "validated")
+    ledger.flush()
+    assert ledger.abandoned_event("r9") is None  # only this writer's commits of r9 since the mark: nothing to read
+    with elsewhere.durable():
+        elsewhere.record_run(record, "abandoned", message="abandoned: superseded")
+    found = ledger.abandoned_event("r9")
+    assert found["message"] == "abandoned: superseded"
+    # a commit of another run by this writer also means a read: that run's events share the table
+    ledger.record_run({"run_id": "r10", "target_table": "x.events"}, "planned")
+    ledger.flush()
+    assert not ledger.only_commits_of("runs", mark, "r9")
+    assert ledger.abandoned_event("r9")["message"] == "abandoned: superseded"

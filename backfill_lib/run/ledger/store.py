@@ -35,6 +35,7 @@ class Ledger(EventWriter):
         super().__init__(spark, schema)
         self._ensured = False
         self._last_run: dict[str, dict] = {}  # run_id -> the run record record_run last returned
+        self._turn_marks: dict[str, tuple[int, int] | None] = {}  # run_id -> its runs-table mark (watch_from)
         #: called as ``listener(record, status)`` after every run event is queued (lineage); they must not raise
         self.listeners: list = []
 
@@ -192,12 +193,23 @@ class Ledger(EventWriter):
         rows = self._fold_runs(self.spark.table(self.table("runs")).where(F.col("run_id") == run_id)).collect()
         return rows[0].asDict() if rows else None
 
+    def watch_from(self, run_id: str, mark: tuple[int, int] | None) -> None:
+        """Note the ``runs`` table's mark (:meth:`commit_mark`) read before ``run_id``'s ``planned`` event was
+        recorded, for :meth:`abandoned_event`: an abandon of the run can only be committed after it."""
+        self._turn_marks[run_id] = mark
+
     def abandoned_event(self, run_id: str) -> dict | None:
         """The latest ``abandoned`` event of ``run_id`` committed to the ledger by any process (``message``,
         ``seq``), or ``None``: one filtered read of the ``runs`` table, not flushed first. What it asks for comes
         from another process (``backfill abandon``, which commits its event before it returns), so this
         process's own queued events need not be committed for it; ``abandoned`` is final (nothing resumes such a
-        run), so any such event counts, however old."""
+        run), so any such event counts, however old.
+
+        Not read at all when :meth:`watch_from` noted a mark for the run and every commit to the ``runs`` table
+        since was this writer's, with this run's events only (:meth:`only_commits_of`, a look at the table's
+        latest version): no other process has written an event since the run existed."""
+        if run_id in self._turn_marks and self.only_commits_of("runs", self._turn_marks[run_id], run_id):
+            return None
         rows = (self.spark.table(self.table("runs"))
                 .where((F.col("run_id") == run_id) & (F.col("status") == "abandoned"))
                 .select("message", "seq").orderBy(F.col("seq").desc()).limit(1).collect())
