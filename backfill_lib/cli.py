@@ -371,7 +371,7 @@ def cleanup(
     from backfill_lib.core.retention import parse_age
     from backfill_lib.plan.prepare import utc_now
     from backfill_lib.run.cleanup import drop_staging, staging_verdicts
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
 
     settings = _settings()
     age = parse_age(older_than if older_than is not None else settings.cleanup_older_than)
@@ -403,7 +403,7 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
 
     from backfill_lib.core.errors import IntakeError
     from backfill_lib.publish.history import backfill_versions
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
 
     from backfill_lib.core.table_names import check_table_name
 
@@ -455,7 +455,7 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     from pyspark.sql import functions as F
 
     from backfill_lib.run.cleanup import staging_exists, staging_kept
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
 
     settings = _settings()
     ledger = Ledger(_spark(settings, short_lived=True), settings.ledger_schema)
@@ -542,7 +542,7 @@ def report(run_id: Annotated[str, typer.Argument(help="The run ID.")], json_: Js
     """Write the run's HTML report and Markdown summary (under the local folder's runs/RUN_ID/)."""
     from backfill_lib.core.errors import RunNotFoundError
     from backfill_lib.report.run_report import write_run_report
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
 
     settings = _settings()
     spark = _spark(settings)

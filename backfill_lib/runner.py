@@ -46,7 +46,7 @@ from backfill_lib.publish.results import FINISHED, RunResult
 from backfill_lib.publish.rollback import Rollback
 from backfill_lib.publish.stage import Publish, published_tables
 from backfill_lib.report.run_report import RunOutcome, ledger_outcome, write_run_report
-from backfill_lib.run.ledger import Ledger, run_record
+from backfill_lib.ledger import Ledger, run_record
 from backfill_lib.run.source_check import check_source_schema
 from backfill_lib.run.stage import Staged, stage
 from backfill_lib.run.staging import releasing_pinned
@@ -227,7 +227,7 @@ class Runner:
 
     def _take_turn(self, plan: BackfillPlan) -> tuple[int, int] | None:
         """Refuse ``plan`` if another run holds an overlapping range of its target; else return the ledger's
-        ``runs`` table mark (:meth:`~backfill_lib.run.ledger.writer.EventWriter.commit_mark`) taken before the
+        ``runs`` table mark (:meth:`~backfill_lib.ledger.writer.EventWriter.commit_mark`) taken before the
         read, for :meth:`_confirm_lease`."""
         import time
 

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 
 
 @dataclass(frozen=True)

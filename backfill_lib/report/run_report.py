@@ -41,7 +41,7 @@ from backfill_lib.report.render import (
     write_report,
 )
 from backfill_lib.run.cleanup import staging_exists
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.run.staging import pinned
 from backfill_lib.run.staging import staged_rows as read_staged_rows
 from backfill_lib.strategies.kinds import kind_for

@@ -91,7 +91,7 @@ class Rule:
 
 
 def only(*stages: str):
-    """Allowed: the module's own stage and the stages (or modules, written dotted: ``run.ledger``) named."""
+    """Allowed: the module's own stage and the stages (or modules, written dotted: ``strategies.kinds``) named."""
     return lambda module, imported: stage(imported) == stage(module) or any(
         within(imported, f"backfill_lib.{s}") for s in stages)
 
@@ -111,6 +111,8 @@ RULES = [
          lambda m: stage(m) == "core", only("core")),
     Rule("adapters", "adapters import only core",
          lambda m: stage(m) == "adapters", only("core")),
+    Rule("ledger", "the ledger (read by every stage) imports only core and adapters",
+         lambda m: stage(m) == "ledger", only("core", "adapters")),
     Rule("intake-pure", "the pure intake modules (request, rules, table_checks, sql_text, schema_guard) import only "
                         "core and pure intake (not sources or rule_checks)",
          lambda m: m in PURE_INTAKE, pure_of(PURE_INTAKE)),
@@ -130,14 +132,14 @@ RULES = [
          lambda m: stage(m) == "run", but_not("validate", "publish")),
     Rule("validate", "validate does not import publish",
          lambda m: stage(m) == "validate", but_not("publish")),
-    Rule("report", "report reads what the stages recorded: it imports core, adapters, intake, plan, run, validate "
-                   "and the strategy kinds, never publish or the strategies' execution",
+    Rule("report", "report reads what the stages recorded: it imports core, adapters, intake, the ledger, plan, run, "
+                   "validate and the strategy kinds, never publish or the strategies' execution",
          lambda m: stage(m) == "report",
-         only("core", "adapters", "intake", "plan", "run", "validate", "strategies.kinds")),
-    Rule("strategies", "strategies (how each stages, publishes and verifies) import core, adapters, intake, plan, "
-                       "run, validate and publish, never report or the runner",
+         only("core", "adapters", "intake", "ledger", "plan", "run", "validate", "strategies.kinds")),
+    Rule("strategies", "strategies (how each stages, publishes and verifies) import core, adapters, intake, the "
+                       "ledger, plan, run, validate and publish, never report or the runner",
          lambda m: stage(m) == "strategies",
-         only("core", "adapters", "intake", "plan", "run", "validate", "publish")),
+         only("core", "adapters", "intake", "ledger", "plan", "run", "validate", "publish")),
     Rule("runner-and-cli", "only cli.py and the Python API (api.py) import backfill_lib.runner; nothing imports "
                            "backfill_lib.cli",
          lambda m: m not in ("backfill_lib.cli", "backfill_lib.api"),
@@ -170,13 +172,13 @@ def test_every_kind_of_import_is_counted(tmp_path):
         "    from backfill_lib.strategies import strategy_for\n"
         "def later():\n"
         "    try:\n"
-        "        import backfill_lib.run.ledger as ledger\n"
+        "        import backfill_lib.ledger as ledger\n"
         "    except ImportError:\n"
         "        from backfill_lib import cli\n"
     )
     assert imported_modules("backfill_lib.plan.fake", source) == {
         "backfill_lib.core", "backfill_lib.core.errors", "backfill_lib.plan.model", "backfill_lib.strategies",
-        "backfill_lib.run.ledger", "backfill_lib.cli"}
+        "backfill_lib.ledger", "backfill_lib.cli"}
 
 
 def test_the_import_graph_is_read_from_every_module():

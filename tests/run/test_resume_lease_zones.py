@@ -66,7 +66,7 @@ def _narrowed(record: dict, start: datetime | None, end: datetime | None) -> dic
 
 def _lapsed_a_and_planned_b(spark, settings, a, b, b_hours):
     """a planned 25 hours ago and silent since (its lease lapsed); b planned now."""
-    from backfill_lib.run.ledger import Ledger, run_record
+    from backfill_lib.ledger import Ledger, run_record
 
     ledger = Ledger(spark, settings.ledger_schema)
     ledger.ensure()

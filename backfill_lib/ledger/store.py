@@ -1,7 +1,7 @@
 """The :class:`Ledger` a run uses: creates the ledger tables, records events and reads them back folded.
 
-Every table is append-only (see :mod:`backfill_lib.run.ledger`): a read folds a run's or partition's events to
-the latest one by ``seq``. Writing is :class:`~backfill_lib.run.ledger.writer.EventWriter`'s, which
+Every table is append-only (see :mod:`backfill_lib.ledger`): a read folds a run's or partition's events to
+the latest one by ``seq``. Writing is :class:`~backfill_lib.ledger.writer.EventWriter`'s, which
 :class:`Ledger` extends, so every read here flushes first and sees every event recorded before it.
 """
 
@@ -17,8 +17,8 @@ from pyspark.sql import functions as F
 from backfill_lib.adapters.delta_log import live_metadata
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import RunNotFoundError
-from backfill_lib.run.ledger.schema import SCHEMAS
-from backfill_lib.run.ledger.writer import EventWriter
+from backfill_lib.ledger.schema import SCHEMAS
+from backfill_lib.ledger.writer import EventWriter
 
 
 #: Table properties of every ledger table. Each commit of events adds one small file, and every run reads the
