@@ -174,7 +174,8 @@ def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_
     from backfill_lib.adapters.delta_log import current_version
     from backfill_lib.core.errors import LeaseError
     from backfill_lib.ledger import Ledger, run_record
-    from backfill_lib.runner import Runner, prepare
+    from backfill_lib.run.leases import Leases
+    from backfill_lib.runner import prepare
     from tests.fixtures import D8, D9, D10, FULL_SOURCE, events_request, make_events
 
     make_events(spark, db, FULL_SOURCE)
@@ -185,7 +186,7 @@ def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_
     second_request = events_request(tmp_path / "b", db, start=D9, end=D10)
     second, state = prepare(spark, settings, second_request, run_id=f"race_second_{writer}")
     other = Ledger(spark, settings.ledger_schema)  # the other process's ledger writer
-    checked = Runner._take_turn
+    checked = Leases.take_turn
 
     def other_run_plans_meanwhile(self, plan):
         mark = checked(self, plan)
@@ -194,7 +195,7 @@ def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_
         writing.flush()
         return mark
 
-    monkeypatch.setattr(Runner, "_take_turn", other_run_plans_meanwhile)
+    monkeypatch.setattr(Leases, "take_turn", other_run_plans_meanwhile)
     with pytest.raises(LeaseError) as err:
         make_runner().run(second, state)
     assert str(err.value).startswith(
@@ -263,11 +264,11 @@ def test_a_plan_committed_first_goes_on_though_an_overlapping_plan_stamped_earli
     # stamped earlier, lands before a's confirmation reads the ledger. a goes on and publishes (b withdraws
     # when it confirms).
     from backfill_lib.ledger import Ledger, run_record
-    from backfill_lib.runner import Runner
+    from backfill_lib.run.leases import Leases
 
     (a, a_state), (b, _), _ = _race_plans(spark, settings, db, tmp_path, "early_stamp")
     other = Ledger(spark, settings.ledger_schema)  # b's process
-    confirm = Runner._confirm_lease
+    confirm = Leases.confirm
     stamps = []
 
     def b_lands_before_the_read(self, plan, planned_seq, mark):
@@ -277,7 +278,7 @@ def test_a_plan_committed_first_goes_on_though_an_overlapping_plan_stamped_earli
         other._insert("runs", [{**run_record(b), "status": "planned", "seq": planned_seq - 10**9, "event_at": stamp}])
         return confirm(self, plan, planned_seq, mark)
 
-    monkeypatch.setattr(Runner, "_confirm_lease", b_lands_before_the_read)
+    monkeypatch.setattr(Leases, "confirm", b_lands_before_the_read)
     result = make_runner().run(a, a_state)
     monkeypatch.undo()
     assert result.status == "published"
