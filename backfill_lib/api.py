@@ -41,7 +41,7 @@ def plan_backfill(request_path: str | Path, *, settings: Settings | None = None,
     ``conf/settings.yml``). Raises :class:`~backfill_lib.core.errors.RequestError` or
     :class:`~backfill_lib.core.errors.IntakeError` naming the file, field, table or column at fault.
     """
-    from backfill_lib.run.selection import prepare_selected
+    from backfill_lib.plan.selection import prepare_selected
 
     settings = settings or load_settings()
     plan, _ = prepare_selected(_session(settings, spark), settings, request_path, only, run_id=run_id)
@@ -65,7 +65,7 @@ def run_backfill(request_path: str | Path, *, settings: Settings | None = None, 
     ``LeaseError`` (another run holds an overlapping range; ``after``: wait for that run ID first; ``concurrent``:
     run beside it).
     """
-    from backfill_lib.run.selection import prepare_selected
+    from backfill_lib.plan.selection import prepare_selected
     from backfill_lib.runner import Runner
 
     settings = settings or load_settings()

@@ -133,7 +133,7 @@ def plan(
     loaded = load_request(request)  # fail on a bad request before importing Spark's modules or starting Spark
     _check_only(only, loaded, request)
     from backfill_lib.plan.explain import explain
-    from backfill_lib.run.selection import prepare_selected
+    from backfill_lib.plan.selection import prepare_selected
 
     spark = _spark(settings, short_lived=True)
     the_plan, _ = prepare_selected(spark, settings, request, only)
@@ -202,7 +202,7 @@ def run(
     _check_until(until)
     from backfill_lib.intake.request import load_request
     from backfill_lib.plan.builder import check_run_id
-    from backfill_lib.run.selection import prepare_selected
+    from backfill_lib.plan.selection import prepare_selected
     from backfill_lib.runner import Runner, prepare
 
     settings = _settings()
@@ -283,7 +283,7 @@ def _print_result(result) -> None:
         console.print(f"report: {report_html}", highlight=False)
     staged = sum(v or 0 for v in result.rows.values())
     if result.status == "nothing_selected":
-        from backfill_lib.run.selection import empty_selection_message
+        from backfill_lib.plan.selection import empty_selection_message
 
         console.print(empty_selection_message(the_plan), highlight=False)
         return

@@ -126,8 +126,9 @@ RULES = [
                             "and each other",
          lambda m: m in PURE_STRATEGIES,
          lambda m, i: pure_of(PURE_STRATEGIES)(m, i) or i in PURE_INTAKE or i in PURE_PLAN),
-    Rule("plan", "the other plan modules import only core, intake and adapters",
-         lambda m: stage(m) == "plan" and m not in PURE_PLAN, only("core", "intake", "adapters")),
+    Rule("plan", "the other plan modules import only core, intake, adapters and the ledger (``--only`` reads the "
+                 "runs of the same request)",
+         lambda m: stage(m) == "plan" and m not in PURE_PLAN, only("core", "intake", "adapters", "ledger")),
     Rule("run", "run imports neither validate nor publish",
          lambda m: stage(m) == "run", but_not("validate", "publish")),
     Rule("validate", "validate does not import publish",
