@@ -37,10 +37,11 @@ class LogReader(ABC):
 
     Capabilities of the session the stages branch on, named by what they mean: ``pins_session`` (a session can
     pin a source table's version for the run's reads), ``named_parameters`` (SQL named parameters reach Delta's
-    SQL parser intact)."""
+    SQL parser intact), ``delta_table_api`` (Delta's Python ``DeltaTable`` works: it needs a driver JVM)."""
 
     pins_session: bool
     named_parameters: bool
+    delta_table_api: bool
 
     def __init__(self, spark: SparkSession):
         self.spark = spark
@@ -132,6 +133,7 @@ class ClassicLogReader(LogReader):
 
     pins_session = True
     named_parameters = True
+    delta_table_api = True
 
     def is_delta_path(self, name: str, path: str) -> bool:
         from delta.tables import DeltaTable
@@ -333,6 +335,7 @@ class ConnectLogReader(LogReader):
 
     pins_session = False
     named_parameters = False  # the Connect server loses them under Delta's SQL parser
+    delta_table_api = False  # Delta's MERGE and history as SQL instead
 
     def is_delta_path(self, name: str, path: str) -> bool:
         try:  # no JVM for DeltaTable.isDeltaTable: Delta's DESCRIBE DETAIL names the format

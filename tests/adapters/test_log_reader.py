@@ -12,7 +12,7 @@ def test_a_classic_session_gets_the_classic_reader_once(spark):
     assert type(reader) is ClassicLogReader and not isinstance(reader, ConnectLogReader)
     assert log_reader(spark) is reader
     assert reader.spark is spark
-    assert reader.pins_session and reader.named_parameters
+    assert reader.pins_session and reader.named_parameters and reader.delta_table_api
 
 
 def test_a_classic_snapshot_is_read_by_the_classic_reader(spark, db):

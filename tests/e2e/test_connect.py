@@ -219,7 +219,7 @@ def test_a_connect_session_gets_the_connect_reader_once(cspark, spark, db):
 
     reader = log_reader(cspark)
     assert type(reader) is ConnectLogReader and log_reader(cspark) is reader and reader.spark is cspark
-    assert not reader.pins_session and not reader.named_parameters
+    assert not reader.pins_session and not reader.named_parameters and not reader.delta_table_api
     assert type(log_reader(spark)) is ClassicLogReader and log_reader(spark) is not reader
 
     cspark.sql(f"CREATE TABLE {db}.chosen (id INT) USING delta")
