@@ -461,7 +461,9 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     ledger = Ledger(_spark(settings, short_lived=True), settings.ledger_schema)
     ledger.ensure()
     if json_:
-        _State.document = _status_document(ledger, run_id)
+        from backfill_lib.report.status import status_document
+
+        _State.document = status_document(ledger, run_id)
         return
     if run_id is None:
         table = Table(title="Runs (latest first)", title_justify="left")
@@ -508,33 +510,6 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
         table.add_row(p["partition"], _s(p["batch"]), p["status"], _s(p["rows"]), _s(p["attempt"]),
                       _s(p["started_at"]), _s(p["ended_at"]), p["message"] or "")
     console.print(table)
-
-
-def _status_document(ledger, run_id: str | None):
-    """What ``status`` prints, as a :class:`~backfill_lib.report.documents.StatusDocument`: the 20 latest runs,
-    or ``run_id`` and its partitions."""
-    from pyspark.sql import functions as F
-
-    from backfill_lib.report.documents import PartitionStatus, RunDetail, RunListItem, StatusDocument, Versions, utc_text
-    from backfill_lib.run.cleanup import staging_exists
-
-    if run_id is None:
-        return StatusDocument(run=None, runs=[RunListItem(
-            run_id=r["run_id"], status=r["status"], request=r["request_name"], target_table=r["target_table"],
-            owner=r["owner"], published_version=r["published_version"],
-            staging_kept=staging_exists(ledger.spark, r["staging_table"]), updated_at=utc_text(r["event_at"]))
-            for r in ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect()])
-    r = ledger.run(run_id)
-    return StatusDocument(runs=None, run=RunDetail(
-        run_id=run_id, status=r["status"], request=r["request_name"], target_table=r["target_table"], owner=r["owner"],
-        reason=r["reason"], staging_table=r["staging_table"], staging_kept=staging_exists(ledger.spark, r["staging_table"]),
-        versions=Versions(target_seen=r["target_version_seen"], pre_publish=r["pre_publish_version"],
-                          published=r["published_version"]),
-        rollback_until=utc_text(r.get("rollback_until")), approved_by=r.get("approved_by"), message=r["message"],
-        partitions=[PartitionStatus(partition=p["partition"], batch=p["batch"], status=p["status"], rows=p["rows"],
-                                    attempt=p["attempt"], started_at=utc_text(p["started_at"]),
-                                    ended_at=utc_text(p["ended_at"]), message=p["message"])
-                    for p in ledger.partitions(run_id)]))
 
 
 @app.command()
