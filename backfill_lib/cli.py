@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from backfill_lib import api
 from backfill_lib.core.errors import MESSAGE_LIMIT, BackfillError, GateFailedError, first_line, one_line
 from backfill_lib.core.settings import Settings, load_settings
 
@@ -58,15 +59,8 @@ def _settings() -> Settings:
 
 
 def _spark(settings: Settings, short_lived: bool = False):
-    """The session; ``short_lived`` for the commands that only read metadata (a local JVM compiles for a fast start,
-    :data:`backfill_lib.adapters.session.SHORT_LIVED_JVM_OPTIONS`)."""
-    from backfill_lib.adapters.platform_probe import check_platform
-
-    check_platform()  # before importing pyspark: a missing or foreign PySpark is named, not a traceback
-    from backfill_lib.adapters.session import get_spark
-
-    quiet_spark_query_errors()  # here, not at start: a command refused before Spark never imports pyspark
-    return get_spark(settings, short_lived=short_lived)
+    """The session (:func:`backfill_lib.api.session`); its errors quiet, as each is reported once, as one line."""
+    return api.session(settings, short_lived=short_lived, quiet=True)
 
 
 def _enter_project_dir(folder: str | None) -> None:
@@ -133,10 +127,8 @@ def plan(
     loaded = load_request(request)  # fail on a bad request before importing Spark's modules or starting Spark
     _check_only(only, loaded, request)
     from backfill_lib.plan.explain import explain
-    from backfill_lib.plan.selection import prepare_selected
 
-    spark = _spark(settings, short_lived=True)
-    the_plan, _ = prepare_selected(spark, settings, request, only)
+    the_plan = api.plan_backfill(request, settings=settings, spark=_spark(settings, short_lived=True), only=only)
     if json_:
         from backfill_lib.report.documents import plan_document
 
@@ -147,7 +139,7 @@ def plan(
 
 @contextmanager
 def cancel_on_signals(runner, run_id: str):
-    """While running: SIGINT (Ctrl-C) or SIGTERM asks ``runner`` to stop between batches; a second signal
+    """While running: SIGINT (Ctrl-C) or SIGTERM asks ``runner`` (an :class:`~backfill_lib.api.Backfills`) to stop between batches; a second signal
     stops at once (``KeyboardInterrupt``). Previous handlers come back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -202,24 +194,16 @@ def run(
     _check_until(until)
     from backfill_lib.intake.request import load_request
     from backfill_lib.plan.builder import check_run_id
-    from backfill_lib.plan.selection import prepare_selected
-    from backfill_lib.runner import Runner, prepare
 
     settings = _settings()
-    checked = load_request(request)
-    _check_only(only, checked, request)
+    _check_only(only, load_request(request), request)
     if run_id is not None:
         check_run_id(run_id)
-    spark = _spark(settings)
-    runner = Runner(spark, settings, console)
-    runner.approved_by = approve
-    runner.concurrent = concurrent
-    if after is not None:
-        runner.wait_for(after, checked.target.table)
-    the_plan, state = prepare_selected(spark, settings, request, only, run_id=run_id, prepare=prepare)
+    backfills = api.Backfills(settings, _spark(settings), console, approved_by=approve, concurrent=concurrent)
+    the_plan, state = backfills.prepare(request, run_id=run_id, after=after, only=only)
     try:
-        with cancel_on_signals(runner, the_plan.run_id):
-            result = runner.run(the_plan, state, until=until, on_durable=_announce_run_id)
+        with cancel_on_signals(backfills, the_plan.run_id):
+            result = backfills.execute(the_plan, state, until=until, on_durable=_announce_run_id)
     except GateFailedError as exc:
         _print_failures(exc.failures)
         raise
@@ -229,18 +213,9 @@ def run(
 
             _State.document = plan_document(result.plan)
             return
-        _State.document = _run_document(runner, result.plan.run_id)
+        _State.document = backfills.run_document(result.plan.run_id)
         return
     _print_result(result)
-
-
-def _run_document(runner, run_id: str):
-    """The run's document: from the outcome its report was written from (the same as its summary.json), or from
-    the ledger when no report was written (a resumed run that had finished already)."""
-    from backfill_lib.report.run_report import ledger_outcome, outcome_document
-
-    outcome = runner.outcomes.get(run_id) or ledger_outcome(runner.ledger, run_id)
-    return outcome_document(runner.settings, outcome)
 
 
 def _announce_run_id(run_id: str) -> None:
@@ -262,14 +237,11 @@ def resume(
 ) -> None:
     """Continue a run from the ledger: skip staged partitions, redo the rest, validate, publish once."""
     _check_until(until)
-    from backfill_lib.runner import Runner
-
     settings = _settings()
-    runner = Runner(_spark(settings), settings, console)
-    runner.approved_by = approve
+    backfills = api.Backfills(settings, _spark(settings), console, approved_by=approve)
     try:
-        with cancel_on_signals(runner, run_id):
-            result = runner.resume(run_id, until=until)
+        with cancel_on_signals(backfills, run_id):
+            result = backfills.resume(run_id, until=until)
     except GateFailedError as exc:
         _print_failures(exc.failures)
         raise
@@ -317,12 +289,8 @@ def publish(
     approve: Annotated[Optional[str], typer.Option(help=APPROVE_HELP)] = None,
 ) -> None:
     """Publish a validated run, if its gates passed and its partitions have not changed since it was planned."""
-    from backfill_lib.runner import Runner
-
     settings = _settings()
-    runner = Runner(_spark(settings), settings, console)
-    runner.approved_by = approve
-    _print_result(runner.publish_validated(run_id))
+    _print_result(api.Backfills(settings, _spark(settings), console, approved_by=approve).publish(run_id))
 
 
 @app.command()
@@ -333,12 +301,11 @@ def rollback(
     force: Annotated[bool, typer.Option(help="Restore even when later commits touched the tables (they are undone too).")] = False,
 ) -> None:
     """Restore every table of a published run (marts newest first, then the target) to its pre-publish version."""
-    from backfill_lib.runner import Runner
-
     if not by.strip() or not reason.strip():
         raise typer.BadParameter("--by and --reason must not be blank")
     settings = _settings()
-    console.print(Runner(_spark(settings), settings, console).rollback(run_id, by.strip(), reason.strip(), force=force),
+    console.print(api.Backfills(settings, _spark(settings), console).rollback(run_id, by.strip(), reason.strip(),
+                                                                              force=force),
                   highlight=False, soft_wrap=True)
 
 
@@ -349,13 +316,11 @@ def abandon(
     reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")],
 ) -> None:
     """Give up a run that will not be resumed: record it abandoned, releasing its range for other runs."""
-    from backfill_lib.runner import Runner
-
     if not reason.strip():
         raise typer.BadParameter("--reason must not be blank")
     settings = _settings()
-    console.print(Runner(_spark(settings), settings, console).abandon(run_id, reason.strip()), highlight=False,
-                  soft_wrap=True)
+    console.print(api.Backfills(settings, _spark(settings), console).abandon(run_id, reason.strip()),
+                  highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -368,19 +333,10 @@ def cleanup(
 ) -> None:
     """Drop staging tables of final runs (published, unchanged, rolled back, abandoned) older than the age;
     never those of a run that is not final. Each drop is recorded in the run's ledger events."""
-    from backfill_lib.core.retention import parse_age
-    from backfill_lib.plan.prepare import utc_now
-    from backfill_lib.run.cleanup import drop_staging, staging_verdicts
-    from backfill_lib.ledger import Ledger
-
     settings = _settings()
-    age = parse_age(older_than if older_than is not None else settings.cleanup_older_than)
-    spark = _spark(settings)
-    ledger = Ledger(spark, settings.ledger_schema)
-    verdicts = staging_verdicts(spark, ledger, utc_now(), age, force)
-    chosen = [v for v in verdicts if v.drop]
-    if not dry_run:
-        chosen = drop_staging(spark, ledger, chosen)
+    done = api.cleanup(older_than, dry_run=dry_run, force=force, settings=settings,
+                       spark=lambda: _spark(settings))
+    chosen, kept = done.chosen, done.kept
     table = Table(title=("Would drop" if dry_run else "Dropped") + f" ({len(chosen)} staging tables)",
                   title_justify="left")
     for col in ("run ID", "status", "staging table", "last event (UTC)"):
@@ -388,7 +344,6 @@ def cleanup(
     for v in chosen:
         table.add_row(v.run_id, v.status, escape(v.staging_table), f"{v.last_event_at:%Y-%m-%d %H:%M}")
     console.print(table)
-    kept = [v for v in verdicts if not v.drop]
     if kept:
         console.print(f"kept {len(kept)} staging tables: " + "; ".join(f"{v.staging_table} ({v.kept_because})"
                                                                         for v in kept[:10])
@@ -399,32 +354,13 @@ def cleanup(
 def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.daily_route_delays or sales.`order-lines`.")],
             json_: JsonOption = False) -> None:
     """List the table's versions written by backfills (DESCRIBE HISTORY userMetadata joined with the ledger)."""
-    from pyspark.errors import AnalysisException
-
-    from backfill_lib.core.errors import IntakeError
-    from backfill_lib.publish.history import backfill_versions
-    from backfill_lib.ledger import Ledger
-
-    from backfill_lib.core.table_names import check_table_name
-
-    try:  # the canonical spelling (sales.`order-lines`), or a one-line refusal before Spark starts
-        table = check_table_name(table.strip())
-    except ValueError as exc:
-        raise IntakeError(f"backfill history: {exc}") from None
+    table = api.history_table(table)  # the canonical spelling (sales.`order-lines`), or a refusal before Spark
     settings = _settings()
     spark = _spark(settings, short_lived=True)
-    try:
-        versions = backfill_versions(spark, Ledger(spark, settings.ledger_schema), table)
-    except AnalysisException as exc:
-        raise IntakeError(f"table {table}: {str(exc).strip().splitlines()[0]}") from exc
     if json_:
-        from backfill_lib.report.documents import HistoryDocument, HistoryVersion, utc_text
-
-        _State.document = HistoryDocument(table=table, versions=[HistoryVersion(
-            version=v.version, committed=utc_text(v.committed_at), operation=v.operation, action=v.action, run_id=v.run_id,
-            run_status=v.status, strategy=v.strategy, owner=v.owner, reason=v.reason, approved_by=v.approved_by,
-            detail=v.detail) for v in versions])
+        _State.document = api.history_document(table, settings=settings, spark=spark)
         return
+    versions = api.history(table, settings=settings, spark=spark)
     out = Table(title=f"Backfill versions of {escape(table)} (newest first)", title_justify="left")
     for col in ("version", "committed", "action", "run ID", "run status", "strategy", "owner", "reason", "approved by", "detail"):
         out.add_column(col)
@@ -452,33 +388,24 @@ def _print_failures(failures) -> None:
 def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; without it, the latest runs.")] = None,
            json_: JsonOption = False) -> None:
     """Show runs from the ledger, or one run and its partitions."""
-    from pyspark.sql import functions as F
-
-    from backfill_lib.run.cleanup import staging_exists, staging_kept
-    from backfill_lib.ledger import Ledger
-
     settings = _settings()
-    ledger = Ledger(_spark(settings, short_lived=True), settings.ledger_schema)
-    ledger.ensure()
+    spark = _spark(settings, short_lived=True)
     if json_:
-        from backfill_lib.report.status import status_document
-
-        _State.document = status_document(ledger, run_id)
+        _State.document = api.status_document(run_id, settings=settings, spark=spark)
         return
+    shown = api.status(run_id, settings=settings, spark=spark)
     if run_id is None:
         table = Table(title="Runs (latest first)", title_justify="left")
         for col in ("run ID", "status", "request", "target", "owner", "published version", "staging", "updated (UTC)"):
             table.add_column(col)
-        latest = ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect()
-        kept = staging_kept(ledger.spark, [r["staging_table"] for r in latest])
-        for r in latest:
+        for r in shown.runs:
             table.add_row(r["run_id"], r["status"], r["request_name"], escape(r["target_table"] or ""), r["owner"],
                           "" if r["published_version"] is None else str(r["published_version"]),
-                          "kept" if r["staging_table"] in kept else "none",
+                          "kept" if r["staging_table"] in shown.kept else "none",
                           str(r["event_at"]))
         console.print(table)
         return
-    run_ = ledger.run(run_id)
+    run_ = shown.run
     console.print(
         f"run {run_id}: [bold]{run_['status']}[/bold]  request {run_['request_name']}  target {escape(run_['target_table'] or '')}  "
         f"owner {escape(run_['owner'] or '')}  reason {escape(run_['reason'] or '')}",
@@ -487,7 +414,7 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     console.print(
         f"target version seen {run_['target_version_seen']}, pre-publish {run_['pre_publish_version']}, "
         f"published {run_['published_version']}; staging {run_['staging_table']} "
-        f"({'kept' if staging_exists(ledger.spark, run_['staging_table']) else 'not there: never written, or dropped'})",
+        f"({'kept' if shown.staging_kept else 'not there: never written, or dropped'})",
         highlight=False,
     )
     if run_.get("rollback_until"):
@@ -506,7 +433,7 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     table = Table(title="Partitions", title_justify="left")
     for col in ("partition", "batch", "status", "rows", "attempt", "started (UTC)", "ended (UTC)", "message"):
         table.add_column(col)
-    for p in ledger.partitions(run_id):
+    for p in shown.partitions:
         table.add_row(p["partition"], _s(p["batch"]), p["status"], _s(p["rows"]), _s(p["attempt"]),
                       _s(p["started_at"]), _s(p["ended_at"]), p["message"] or "")
     console.print(table)
@@ -515,28 +442,12 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
 @app.command()
 def report(run_id: Annotated[str, typer.Argument(help="The run ID.")], json_: JsonOption = False) -> None:
     """Write the run's HTML report and Markdown summary (under the local folder's runs/RUN_ID/)."""
-    from backfill_lib.core.errors import RunNotFoundError
-    from backfill_lib.report.run_report import write_run_report
-    from backfill_lib.ledger import Ledger
-
     settings = _settings()
     spark = _spark(settings)
-    ledger = Ledger(spark, settings.ledger_schema)
-    if not spark.catalog.tableExists(ledger.table("runs")):  # read-only: the ledger is not created for a report
-        raise RunNotFoundError(f"run {run_id} not found: ledger {ledger.table('runs')} does not exist yet (no run "
-                               "was recorded)")
     if json_:
-        from backfill_lib.report.documents import ReportDocument
-        from backfill_lib.report.run_report import ledger_outcome, outcome_document
-
-        outcome = ledger_outcome(ledger, run_id)
-        write_run_report(spark, settings, run_id, outcome)
-        run_doc = outcome_document(settings, outcome)
-        _State.document = ReportDocument(run_id=run_id, status=run_doc.status, report=run_doc.report,
-                                         totals=run_doc.totals, checks_total=run_doc.checks.total,
-                                         checks_failed=run_doc.checks.failed)
+        _State.document = api.report_document(run_id, settings=settings, spark=spark)
         return
-    html, md = write_run_report(spark, settings, run_id)
+    html, md = api.write_report(run_id, settings=settings, spark=spark)
     console.print(f"report: {html}\nsummary: {md}", highlight=False)
 
 
@@ -562,14 +473,10 @@ def demo(reset: Annotated[bool, typer.Option(help="Drop and rebuild the demo tab
 
 
 def quiet_spark_query_errors() -> None:
-    """Silence pyspark's SQLQueryContextLogger, which logs every analysis error as a JSON stack trace.
+    """:func:`backfill_lib.adapters.session.quiet_spark_query_errors`, at its old address."""
+    from backfill_lib.adapters.session import quiet_spark_query_errors as quiet
 
-    Our errors are reported once, as one line. It must stay a ``PySparkLogger`` (it is called with extra
-    keyword arguments a plain ``logging.Logger`` rejects), so it is fetched through pyspark.
-    """
-    from pyspark.logger import PySparkLogger
-
-    PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    quiet()
 
 
 def main(argv: list[str] | None = None) -> int:
