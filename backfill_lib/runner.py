@@ -16,7 +16,7 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from backfill_lib.adapters.connect_log import is_connect
+from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.errors import (
     AbandonedError,
@@ -46,7 +46,8 @@ from backfill_lib.publish.results import FINISHED, RunResult
 from backfill_lib.publish.rollback import Rollback
 from backfill_lib.publish.stage import Publish, published_tables
 from backfill_lib.report.run_report import RunOutcome, ledger_outcome, write_run_report
-from backfill_lib.run.ledger import Ledger, run_record
+from backfill_lib.ledger import Ledger, run_record
+from backfill_lib.run.leases import Leases, confirmed_refusal
 from backfill_lib.run.source_check import check_source_schema
 from backfill_lib.run.stage import Staged, stage
 from backfill_lib.run.staging import releasing_pinned
@@ -66,15 +67,6 @@ def _same_request(stored: dict, request: BackfillRequest) -> bool:
         return BackfillRequest.model_validate(stored) == request
     except ValueError:  # pydantic's ValidationError: a stored field this version no longer knows
         return False
-
-
-def _refusal(confirmed: Future | None, raise_failed_read: bool = True) -> str | None:
-    """The refusal a lease confirmation (:meth:`Runner._confirming`) resolved to, waiting for it; ``None`` when
-    it confirmed the lease or there is none. A failed ledger read is raised, or (``raise_failed_read=False``,
-    where another error is on its way out already) taken as no refusal."""
-    if confirmed is None or (not raise_failed_read and confirmed.exception() is not None):
-        return None
-    return confirmed.result()
 
 
 class Runner:
@@ -102,6 +94,7 @@ class Runner:
         self.validator = Validate(spark, settings, self.ledger)
         self.rollbacks = Rollback(spark, self.ledger, self.write_report)
         self.publisher = Publish(spark, settings, self.ledger, self.rollbacks, self.cancelled)
+        self.leases = Leases(settings, self.ledger, console)
         self.releaser = Release(spark, self.ledger, self.rollbacks, self._mart_plan, lambda child: self.run(child))
 
     def cancel(self) -> None:
@@ -161,13 +154,13 @@ class Runner:
             plan = replace(plan, source_versions=pin_sources(self.spark, plan.request))
         plan = self._with_staging_mode(plan, until)
         leased = not self.concurrent and plan.parent_run_id is None  # a mart's child runs under its parent's lease
-        mark = self._take_turn(plan) if leased else None
+        mark = self.leases.take_turn(plan) if leased else None
         with self.ledger.durable():
             record = self.ledger.record_run(run_record(plan), "planned")
             if on_durable:
                 self.ledger.when_committed(self.ledger.recorded(), lambda: on_durable(plan.run_id))
             # Confirmed while the first batch reads its source: each batch waits for it before its first write.
-            confirmed = self._confirming(plan, self.ledger.recorded(), mark) if leased else None
+            confirmed = self.leases.confirming(plan, self.ledger.recorded(), mark) if leased else None
             return self._execute(plan, record, until, confirmed)
 
     def _with_staging_mode(self, plan: BackfillPlan, until: str | None) -> BackfillPlan:
@@ -175,134 +168,18 @@ class Runner:
         recorded with its plan; a fall-back from the asked ``pinned`` is said in one line."""
         choice = staging_mode(plan.request.staging or self.settings.staging, until=until,
                               can_pin=strategy_for(plan.strategy).can_pin,
-                              reads_staged_batches=plan.request.depends_on_past, session_pins=not is_connect(self.spark))
+                              reads_staged_batches=plan.request.depends_on_past, session_pins=log_reader(self.spark).pins_session)
         if choice.fallback:
             self.console.print(f"{plan.target_table}: {choice.fallback}", highlight=False)
         return replace(plan, staging_mode=choice.mode)
 
-    def _lease(self, plan: BackfillPlan, planned_seq: int):
-        from backfill_lib.core.leases import in_instants, make_lease
-
-        r = plan.request
-        return make_lease(plan.run_id, plan.target_table, r.owner, "planned",
-                          whole=r.strategy.whole_table or r.range is None, start=plan.range_start,
-                          end=plan.range_end, time_zone=r.time_zone, planned_seq=planned_seq,
-                          last_event_at=utc_now(), wall_clock=not in_instants(dict(r.target), plan.range_type),
-                          location=plan.target_location)
-
     def wait_for(self, run_id: str, table: str | None = None) -> str:
-        """Wait until ``run_id`` is final or its lease expired (``--after``; checked every
-        ``settings.lease_poll_seconds``, :func:`~backfill_lib.core.leases.wait_is_over`), before the caller plans:
-        a plan made earlier would meet the fence once that run publishes. Returns the run's status then.
-
-        ``run_id`` may be a run of another table than ``table`` (the caller's target, when given): the wait then
-        orders the caller after it and says so once (:func:`~backfill_lib.core.leases.after_note`).
-
-        Raises
-        ------
-        RunNotFoundError
-            When the ledger has no such run.
-        """
-        import time
-
-        from backfill_lib.core.leases import after_note, wait_is_over
-
-        self.ledger.ensure()
-        said = None
-        other = self.ledger.run(run_id)
-        note = after_note(run_id, other["target_table"] or "", table) if table else None
-        if note:
-            Reporter(self.console, run_id).stage(note)
-        while True:
-            held = [lease for lease in self.ledger.leases(other["target_table"] or "") if lease.run_id == run_id]
-            if wait_is_over(other["status"], held[0] if held else None, utc_now(), self.settings.lease_hours):
-                return self.ledger.run(run_id)["status"]  # read again: the two reads above may straddle an event
-            if other["status"] != said:
-                Reporter(self.console, run_id).stage(f"waiting for run {run_id} ({other['status']}) to be final")
-                said = other["status"]
-            time.sleep(self.settings.lease_poll_seconds)
-            other = self.ledger.run(run_id)
-
-    def _take_turn(self, plan: BackfillPlan) -> tuple[int, int] | None:
-        """Refuse ``plan`` if another run holds an overlapping range of its target; else return the ledger's
-        ``runs`` table mark (:meth:`~backfill_lib.run.ledger.writer.EventWriter.commit_mark`) taken before the
-        read, for :meth:`_confirm_lease`."""
-        import time
-
-        from backfill_lib.core.leases import holding, refusal
-
-        hours = self.settings.lease_hours
-        mine = self._lease(plan, time.time_ns())
-        self.ledger.flush()
-        mark = self.ledger.commit_mark("runs")
-        held = holding(self.ledger.leases(plan.target_table, flush=False, location=plan.target_location), mine,
-                       utc_now(), hours)
-        if held:
-            raise LeaseError(f"{plan.request_path}: {refusal(mine, held, hours)}")
-        return mark
-
-    def _confirming(self, plan: BackfillPlan, planned_seq: int, mark: tuple[int, int] | None) -> Future:
-        """Start :meth:`_confirm_lease` in a thread; the future's result is its refusal (``None``: confirmed).
-        :meth:`_execute` awaits it before the run's first write and before recording how the run ended."""
-        confirmed: Future = Future()
-
-        def confirm() -> None:
-            try:
-                confirmed.set_result(self._confirm_lease(plan, planned_seq, mark))
-            except BaseException as exc:  # a failed ledger read: the run's own thread raises it
-                confirmed.set_exception(exc)
-
-        threading.Thread(target=confirm, name=f"{plan.run_id}-lease", daemon=True).start()
-        return confirmed
-
-    def _confirm_lease(self, plan: BackfillPlan, planned_seq: int, mark: tuple[int, int] | None) -> str | None:
-        """Once the ``planned`` event (``planned_seq``) is committed: when an overlapping run's plan reached the
-        ledger first (both passed :meth:`_take_turn` at once; :func:`~backfill_lib.core.leases.committed_before`
-        orders them by commit version), the refusal that withdraws this one; else ``None``.
-        When nothing but this run's own events reached the ``runs`` table since :meth:`_take_turn`'s read
-        (``mark``), no plan can have been recorded before this one unseen, and the ledger is not read again."""
-        from backfill_lib.core.leases import committed_before, holding, refusal
-
-        # The plan commits with the run's first staging events, in the burst staging starts
-        # (BatchStager.stage calls write_now): one ledger commit fewer than committing the plan alone first.
-        self.ledger.wait_committed(planned_seq, hurry=False)
-        if self.ledger.only_commits_of("runs", mark, plan.run_id):
-            return None
-        leases = self.ledger.leases(plan.target_table, flush=False, location=plan.target_location)
-        own = next((lease for lease in leases if lease.run_id == plan.run_id), None)
-        if own is None:
-            return None
-        held = holding(leases, own, utc_now(), self.settings.lease_hours)
-        earlier = committed_before(held, own, self.ledger.planned_commits(mark)) if held else []
-        return refusal(own, earlier, self.settings.lease_hours) if earlier else None
+        """Wait until another run is final or its lease expired: :meth:`~backfill_lib.run.leases.Leases.wait_for`."""
+        return self.leases.wait_for(run_id, table)
 
     def abandon(self, run_id: str, reason: str) -> str:
-        """Record ``run_id`` ``abandoned`` with ``reason``, releasing its lease; return what was done. Staging is
-        kept (``backfill cleanup`` drops it). The event is committed before this returns; a run still going in
-        another process finds it right before its commit and stops there, publishing nothing
-        (:class:`~backfill_lib.core.errors.AbandonedError`).
-
-        Raises
-        ------
-        PublishError
-            When the run is final already, or is ``publishing`` or ``rolling_back`` (it may have committed:
-            ``backfill resume`` finishes it, checking the target's history).
-        """
-        from backfill_lib.core.leases import RELEASED
-
-        self.ledger.ensure()
-        record = self.ledger.run(run_id)
-        status = record["status"]
-        if status in RELEASED:
-            raise PublishError(f"run {run_id} is {status} already; nothing to abandon")
-        if status in ("publishing", "rolling_back"):
-            raise PublishError(f"run {run_id} is {status}: it may have written the target; `backfill resume "
-                               f"{run_id}` finishes it (it looks for its own commit first)")
-        # Committed before returning (durable flushes at once, no lingering): a live run's publisher reads the
-        # ledger for this event right before its commit (Publish.check_not_stopped).
-        with self.ledger.durable():
-            self.ledger.record_run(record, "abandoned", message=f"abandoned: {reason}")
-        return f"run {run_id} ({status}) abandoned: {reason}; its range of {record['target_table']} is free"
+        """Release a run that is not final: :meth:`~backfill_lib.run.leases.Leases.abandon`."""
+        return self.leases.abandon(run_id, reason)
 
     def resume(self, run_id: str, until: str | None = None) -> RunResult:
         """Continue ``run_id`` from the ledger with the plan it stored.
@@ -336,52 +213,22 @@ class Runner:
         if status == "rolling_back":  # a rollback or automatic restore was killed: finish it, as it would have
             self.rollbacks.continue_recorded(plan, record, reporter)
         reporter.stage(f"resuming from status {status}")
-        self._check_lease_on_resume(plan, record)
+        self.leases.check_resume(plan, record, self.concurrent)
         with self.ledger.durable():
             return self._execute(plan, record, until)
-
-    def _check_lease_on_resume(self, plan: BackfillPlan, record: dict) -> None:
-        """Refuse to resume ``plan`` when its lease lapsed (no event for ``lease_hours``) or was released (a
-        failure that would repeat) and another run that is not final now holds an overlapping range of its
-        target: that run may have started since, and the two would write the same partitions. A run whose lease
-        stands goes on without a read; so does a mart's child run (its parent's lease) and a runner with
-        :attr:`concurrent`. The check reads once, with no confirmation after it: a new run passing its turn in
-        the same moment is not seen.
-
-        Raises
-        ------
-        LeaseError
-            Naming this run, why its lease no longer holds, and the run that holds the range.
-        """
-        from backfill_lib.core.leases import holding, lease_of
-
-        hours = self.settings.lease_hours
-        mine = lease_of({**record, "planned_seq": record.get("planned_seq") or record["seq"]})
-        lapsed = mine.expired(utc_now(), hours)
-        if self.concurrent or plan.parent_run_id is not None or (mine.held and not lapsed):
-            return
-        held = holding(self.ledger.leases(plan.target_table, location=plan.target_location), mine, utc_now(), hours)
-        if held:
-            first = held[0]
-            why = f"lapsed (no event for {hours:g} hours)" if lapsed else f"was released when it {mine.status}"
-            raise LeaseError(
-                f"run {plan.run_id}: its lease of table {mine.table} {why} and run {first.run_id} (owner "
-                f"{first.owner}, status {first.status}) now holds {first.span()}, which overlaps this run's "
-                f"{mine.span()}; finish that run (`backfill resume {first.run_id}`) or release it (`backfill "
-                f"abandon {first.run_id} --reason TEXT`) before resuming this one")
 
     def _execute(self, plan: BackfillPlan, record: dict, until: str | None,
                  confirmed: Future | None = None) -> RunResult:
         """Run the stages left for ``plan`` with the session in the plan's time zone (the request's), whatever
         the settings' zone: a run, a resume, a mart's child run and the monitor analyse every SQL in it.
         Whatever stops the run leaves it in a final or resumable status. ``confirmed``: a fresh run's lease
-        confirmation (:meth:`_confirming`), awaited before the first write and before any failure is recorded."""
+        confirmation (:meth:`~backfill_lib.run.leases.Leases.confirming`), awaited before the first write and before any failure is recorded."""
         reporter = Reporter(self.console, plan.run_id)
         approved = self.approved_by or record.get("approved_by") or plan.approved_by
         plan = replace(plan, approved_by=approved) if approved else plan
 
         def ready() -> None:
-            refused = _refusal(confirmed)
+            refused = confirmed_refusal(confirmed)
             if refused:
                 raise LeaseError(f"{plan.request_path}: {refused}")
 
@@ -394,7 +241,7 @@ class Runner:
                     # Withdrawn: whatever else stopped the run meanwhile (nothing was written), the lease is the
                     # run's error, and "abandoned" its last event (the run's thread records it, after its others).
                     self.ledger.write_now()  # a run stopped before staging: the confirmation waits for this commit
-                    refused = _refusal(confirmed, raise_failed_read=False)
+                    refused = confirmed_refusal(confirmed, raise_failed_read=False)
                     if refused:
                         self.ledger.record_run(self.ledger.last_recorded(plan.run_id) or record, "abandoned",
                                                message=f"withdrawn at start: {refused}")

@@ -22,7 +22,7 @@ from pyspark.sql.types import (ArrayType, DataType, DoubleType, FloatType, MapTy
 from backfill_lib.core.partitions import quote_ident
 
 
-def canonical_sql(expr: str, data_type: DataType, depth: int = 0) -> str:
+def canonical_sql(expr: str, data_type: DataType, depth: int = 0, *, signed_zeros: bool = True) -> str:
     """SQL of the value of ``expr`` (of ``data_type``) in a form ``xxhash64`` can hash, alike for two values
     exactly when they are alike:
 
@@ -37,31 +37,33 @@ def canonical_sql(expr: str, data_type: DataType, depth: int = 0) -> str:
 
     Nested types are handled at any depth (``depth`` names the lambda variables apart). ``expr`` itself may be
     NULL: callers tag it (see :func:`hash_args`). Every canonical form is orderable, so it can also be grouped,
-    sorted and compared with set operations, which a ``MAP`` or ``VARIANT`` cannot.
+    sorted and compared with set operations, which a ``MAP`` or ``VARIANT`` cannot. With ``signed_zeros=False``
+    a ``FLOAT``/``DOUBLE`` is the value itself (``xxhash64`` then hashes ``0.0`` like ``-0.0``, as grouping and
+    joins hold them alike: see :func:`key_hash`).
     """
     e = f"e{depth}"
     if isinstance(data_type, MapType):
-        entry = (f"struct({canonical_sql(f'{e}.key', data_type.keyType, depth + 1)}, "
-                 f"{_tagged_sql(f'{e}.value', data_type.valueType, depth + 1)})")
+        entry = (f"struct({canonical_sql(f'{e}.key', data_type.keyType, depth + 1, signed_zeros=signed_zeros)}, "
+                 f"{_tagged_sql(f'{e}.value', data_type.valueType, depth + 1, signed_zeros)})")
         # Keys are unique within a map, so the entries' natural order is their keys' order.
         return f"array_sort(transform(map_entries({expr}), {e} -> {entry}))"
     if isinstance(data_type, StructType):
         if not data_type.fields:
             return "0"
-        return "struct(" + ", ".join(_tagged_sql(f"{expr}.{quote_ident(f.name)}", f.dataType, depth)
+        return "struct(" + ", ".join(_tagged_sql(f"{expr}.{quote_ident(f.name)}", f.dataType, depth, signed_zeros)
                                      for f in data_type.fields) + ")"
     if isinstance(data_type, ArrayType):
-        return f"transform({expr}, {e} -> struct({_tagged_sql(e, data_type.elementType, depth + 1)}))"
+        return f"transform({expr}, {e} -> struct({_tagged_sql(e, data_type.elementType, depth + 1, signed_zeros)}))"
     if isinstance(data_type, VariantType):
         return f"to_json({expr})"
-    if isinstance(data_type, (FloatType, DoubleType)):
+    if isinstance(data_type, (FloatType, DoubleType)) and signed_zeros:
         # xxhash64 hashes -0.0 as 0.0; the text of a zero carries its sign (only zeros are cast).
         return f"struct({expr}, CASE WHEN {expr} = 0 THEN startswith(CAST({expr} AS STRING), '-') END)"
     return expr
 
 
-def _tagged_sql(expr: str, data_type: DataType, depth: int) -> str:
-    return f"{expr} IS NULL, {canonical_sql(expr, data_type, depth)}"
+def _tagged_sql(expr: str, data_type: DataType, depth: int, signed_zeros: bool = True) -> str:
+    return f"{expr} IS NULL, {canonical_sql(expr, data_type, depth, signed_zeros=signed_zeros)}"
 
 
 def is_plain(data_type: DataType) -> bool:
@@ -70,9 +72,9 @@ def is_plain(data_type: DataType) -> bool:
     return not isinstance(data_type, (MapType, StructType, ArrayType, VariantType, FloatType, DoubleType))
 
 
-def canonical(col: str, data_type: DataType) -> Column:
+def canonical(col: str, data_type: DataType, *, signed_zeros: bool = True) -> Column:
     """The column named ``col`` (quoted here: a name may hold a dot) in :func:`canonical_sql` form."""
-    return F.expr(canonical_sql(quote_ident(col), data_type))
+    return F.expr(canonical_sql(quote_ident(col), data_type, signed_zeros=signed_zeros))
 
 
 def comparable(df: DataFrame) -> DataFrame:
@@ -83,21 +85,30 @@ def comparable(df: DataFrame) -> DataFrame:
                        for f in df.schema.fields])
 
 
-def hash_args(df: DataFrame, columns: Iterable[str]) -> list[Column]:
-    """The arguments of :func:`row_hash`: per column of ``df`` (in the order given, each quoted: a name may hold
-    a dot), ``column IS NULL`` and its :func:`canonical` form."""
+def hash_args(df: DataFrame, columns: Iterable[str], *, signed_zeros: bool = True) -> list[Column]:
+    """The arguments of :func:`row_hash` (of :func:`key_hash` with ``signed_zeros=False``): per column of ``df``
+    (in the order given, each quoted: a name may hold a dot), ``column IS NULL`` and its :func:`canonical` form."""
     types = {f.name: f.dataType for f in df.schema.fields}
     folded = {f.name.lower(): f.dataType for f in df.schema.fields}  # Spark resolves names case-insensitively
     # a name of no column is left to Spark, which refuses it naming the column
     return [c for name in columns for c in (
         F.col(quote_ident(name)).isNull(),
-        canonical(name, types.get(name, folded.get(name.lower(), NullType()))))]
+        canonical(name, types.get(name, folded.get(name.lower(), NullType())), signed_zeros=signed_zeros))]
 
 
 def row_hash(df: DataFrame, columns: Iterable[str]) -> Column:
     """The ``bigint`` ``xxhash64`` of ``columns`` of ``df`` in canonical, NULL-aware form (see :func:`canonical_sql`);
     a constant over no columns."""
     args = hash_args(df, columns)
+    return F.xxhash64(*args) if args else F.lit(0).cast("bigint")
+
+
+def key_hash(df: DataFrame, columns: Iterable[str]) -> Column:
+    """The ``bigint`` ``xxhash64`` of key ``columns`` of ``df``, NULL-aware as :func:`row_hash` is (``(2, NULL)``
+    and ``(NULL, 2)`` hash apart, as do NULL fields and elements in their places) but alike for keys that Spark
+    groups and joins as one: ``0.0`` and ``-0.0`` (grouping normalizes a float key, so its rows and its group must
+    hash alike); a constant over no columns. Raises nothing: Spark refuses a name of no column when it is used."""
+    args = hash_args(df, columns, signed_zeros=False)
     return F.xxhash64(*args) if args else F.lit(0).cast("bigint")
 
 

@@ -1,6 +1,6 @@
 """OpenLineage run events for backfill runs and their marts' child runs, sent with ``openlineage-python``.
 
-:class:`LineageEmitter` listens to the ledger's run events (:attr:`backfill_lib.run.ledger.Ledger.listeners`), so
+:class:`LineageEmitter` listens to the ledger's run events (:attr:`backfill_lib.ledger.Ledger.listeners`), so
 every path that records a status (run, resume, publish of a validated run, a mart's child run) reports alike:
 
 - ``START`` when the run is planned: the sources it reads, each with the Delta version it pinned;

@@ -171,7 +171,7 @@ def committed_before(held: list[Lease], mine: Lease, planned_commits: dict[str, 
 
     ``planned_commits`` maps run IDs to the ``runs`` table version of the commit holding their ``planned``
     event, for the plans committed since the caller's turn
-    (:meth:`~backfill_lib.run.ledger.writer.EventWriter.planned_commits`). Commit order decides when both plans
+    (:meth:`~backfill_lib.ledger.writer.EventWriter.planned_commits`). Commit order decides when both plans
     are in it: a run stamps its plan's ``planned_seq`` from its own clock when recording it, which may commit
     later than a plan stamped after it, and then each of the two would see the other as the later one. Plans in
     one commit, and a run missing from it (its plan committed before the turn, as a resumed run's, or in a commit

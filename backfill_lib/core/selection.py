@@ -1,6 +1,6 @@
 """``--only missing|failed|changed``: which partitions of a request's range a run takes, and why. Pure.
 
-The effectful side (:mod:`backfill_lib.run.selection`) gathers the facts: the runs of the same request (same
+The effectful side (:mod:`backfill_lib.plan.selection`) gathers the facts: the runs of the same request (same
 ``request_name`` and same target table in the ledger) as :class:`RunFacts`, and for ``changed`` whether the source
 files each partition reads changed since its last published run. :func:`select` turns them into a
 :class:`Selection`, one reason per selected partition; the frozen plan carries it and batches only the selected

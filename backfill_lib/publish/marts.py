@@ -21,7 +21,7 @@ from backfill_lib.intake.request import mart_order
 from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.publish.results import RunResult
 from backfill_lib.publish.rollback import Rollback
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.strategies import strategy_for
 from backfill_lib.validate.suites import SuiteRunner, load_suite, suite_parameters
 

@@ -20,7 +20,7 @@ from backfill_lib.intake.request import mart_order
 from backfill_lib.plan.model import BackfillPlan, plan_from_summary
 from backfill_lib.publish.commit import restore, restore_state
 from backfill_lib.publish.results import RunResult
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 
 
 def rollback_step(table: str, run_id: str, restore_to: int, published_version: int) -> dict:

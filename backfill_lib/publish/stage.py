@@ -33,7 +33,7 @@ from backfill_lib.plan.source_pins import describe_pins, source_changes
 from backfill_lib.publish.commit import committed_version
 from backfill_lib.publish.release import check_protected, check_rollback_ready, rollback_until
 from backfill_lib.publish.rollback import Rollback
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.run.stage import Staged
 from backfill_lib.strategies import strategy_for
 from backfill_lib.validate.diff import diff_rows

@@ -25,7 +25,7 @@ from backfill_lib.core.settings import Settings
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.plan.source_query import source_frame
-from backfill_lib.run.ledger import LINGER_SECONDS, Ledger
+from backfill_lib.ledger import LINGER_SECONDS, Ledger
 from backfill_lib.run.past import past_source_frame
 from backfill_lib.run.staging import StagingTable, aligned, open_staging_table
 from backfill_lib.strategies import strategy_for

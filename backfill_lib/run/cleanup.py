@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.retention import StagingVerdict, judge_staging
 from backfill_lib.core.table_names import split_table_name
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 
 
 def staging_verdicts(spark: SparkSession, ledger: Ledger, now: datetime, older_than: timedelta,

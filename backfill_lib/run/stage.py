@@ -14,7 +14,7 @@ from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.core.staging_mode import PINNED
 from backfill_lib.run.batch_stager import BatchStager
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType
 
 from backfill_lib.adapters.checksums import canonical_sql, is_plain
-from backfill_lib.adapters.connect_log import is_connect
+from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import DuplicateKeyError, IntakeError, PublishError
 from backfill_lib.core.partitions import quote_ident
@@ -96,7 +96,7 @@ class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
         on = self.merge_condition(plan)
         changed = " OR ".join(differs(c.name, c.type if c.new else staged.schema[c.name].dataType, c.new)
                               for c in casts if c.name not in keys) or "false"
-        if is_connect(spark):  # no DeltaTable without a JVM: the same MERGE as SQL
+        if not log_reader(spark).delta_table_api:  # no DeltaTable without a JVM: the same MERGE as SQL
             clauses = [f"WHEN MATCHED AND ({changed}) THEN UPDATE SET *", "WHEN NOT MATCHED THEN INSERT *",
                        f"WHEN NOT MATCHED BY SOURCE AND ({in_range}) THEN DELETE"]
             with idempotent_commit(spark, plan):

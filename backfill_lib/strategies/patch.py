@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.adapters.checksums import comparable
-from backfill_lib.adapters.connect_log import is_connect
+from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partitions import quote_ident
@@ -63,7 +63,7 @@ class Patch(PatchKind, StrategyImpl):
         # as the diff and changes_only compare (a float's 0.0 and -0.0 differ), so what the diff counts updated is
         # what the MERGE updates
         changed = " OR ".join(differs(c, staged.schema[c].dataType, False) for c in values) or "false"
-        if is_connect(spark):  # no DeltaTable without a JVM: the same MERGE as SQL
+        if not log_reader(spark).delta_table_api:  # no DeltaTable without a JVM: the same MERGE as SQL
             sets = ", ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in values)
             names = ", ".join(quote_ident(c) for c in columns)
             clauses = ([f"WHEN MATCHED AND ({changed}) THEN UPDATE SET {sets}"] if values else []) + [

@@ -11,6 +11,7 @@ into one :class:`~backfill_lib.core.checks.Check` per partition and threshold of
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -22,7 +23,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType
 
-from backfill_lib.adapters.checksums import hash_args, row_hash
+from backfill_lib.adapters.checksums import hash_args, key_hash, row_hash
+from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import BackfillError, IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys, keys_of
@@ -46,13 +48,14 @@ class PartitionDiff:
     updated rows in which a column other than ``corrected_columns`` changed.
 
     ``samples`` holds up to :data:`SAMPLE_BUCKETS` changed rows (inserted, deleted or updated keys), chosen
-    deterministically by ``h = xxhash64(key columns)``: in each bucket ``pmod(h, SAMPLE_BUCKETS)``, the row with
-    the smallest ``h``; in ascending ``h``. Each is ``{"h": int, "change": "inserted" | "deleted" | "updated",
-    "key": {column: text}, "before": {column: text} | None, "after": {column: text} | None}`` (``key`` holds the
-    key and partition columns, ``before``/``after`` every value column, ``None`` on the side where the key is
-    missing), each value the text of its JSON form in Spark's ``to_json`` (numbers exactly as Spark writes them,
-    timestamps in the session time zone with their offset; NULL is ``None``). Samples illustrate; they are left
-    out of equality.
+    deterministically by ``h``, the NULL-aware hash of the key and partition columns
+    (:func:`~backfill_lib.adapters.checksums.key_hash`: ``(2, NULL)`` and ``(NULL, 2)`` hash apart): in each
+    bucket ``pmod(h, SAMPLE_BUCKETS)``, the row with the smallest ``h``; in ascending ``h``. Each is ``{"h": int,
+    "change": "inserted" | "deleted" | "updated", "key": {column: text}, "before": {column: text} | None,
+    "after": {column: text} | None}`` (``key`` holds the key and partition columns, ``before``/``after`` every
+    value column, ``None`` on the side where the key is missing), each value the text of its JSON form in
+    Spark's ``to_json`` (numbers exactly as Spark writes them, timestamps in the session time zone with their
+    offset; NULL is ``None``). Samples illustrate; they are left out of equality.
     """
 
     partition: str
@@ -141,7 +144,8 @@ def diff_by_key(
     inserted : callable, optional
         Called once, when some key is inserted, with a DataFrame of the inserted keys (one row per inserted key
         and partition, columns ``keys`` as given, without the partition columns the diff adds; a keys-only pass
-        over both sides) and how many rows were inserted (at least as many as those keys).
+        over both sides) and how many rows were inserted (at least as many as those keys); from another thread,
+        while the sample rows are read, its Spark jobs in the run's FAIR pool. What it raises is raised here.
 
     Returns
     -------
@@ -181,11 +185,18 @@ def diff_by_key(
         for p, exact in _mixed_keys(both, per_key, ks, types, outside, part, mixed).items():
             counted[p].update({k: _add(counted[p][k], v) for k, v in exact.items() if k != "partition"})
     chosen = {(p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
-    samples = _samples(_sample_rows(both, ks, vs, chosen), part(), chosen, keys, value_columns) if chosen else {}
     added = sum(r["inserted"] for r in counted.values())
-    if inserted is not None and added:
-        new = both.groupBy(*ks).agg(F.count_if(~F.col("s")).alias("nt")).where(F.col("nt") == 0)
-        inserted(new.select(*[F.col(f"k{keys.index(k)}").alias(k) for k in asked]), added)
+    # The inserted keys' callback and the sample read are independent jobs: at once, each mostly fixed latency.
+    with ThreadPoolExecutor(1, thread_name_prefix="diff-inserted") as pool:
+        called = None
+        if inserted is not None and added:
+            new = both.groupBy(*ks).agg(F.count_if(~F.col("s")).alias("nt")).where(F.col("nt") == 0)
+            spark = both.sparkSession
+            called = pool.submit(in_pool, spark, inserted, new.select(*[F.col(f"k{keys.index(k)}").alias(k)
+                                                                        for k in asked]), added)
+        samples = _samples(_sample_rows(both, ks, vs, chosen), part(), chosen, keys, value_columns) if chosen else {}
+        if called is not None:
+            called.result()
     numeric = [j for j, v in enumerate(vs) if _is_numeric(types[v])]
     out = {}
     for p, r in counted.items():
@@ -247,10 +258,10 @@ def _per_key(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
     """One row per key (``k0..``) of either side, in one shuffle: ``mixed`` (on both sides, and repeated on one:
     its pairs, as a join on the keys makes them, are counted by :func:`_mixed_keys`), ``upd`` (one row against
     one that differs), ``inserted``, ``deleted`` (its rows, on the one side it is on), ``updated``,
-    ``unchanged`` (0 or 1; 0 for a mixed key), ``h`` (``xxhash64`` of the key), ``c`` (the change:
-    ``inserted``, ``deleted``, ``updated`` or NULL; a mixed key is updated unless all its rows are alike, by
-    their row hashes' minimum and maximum) and per value column ``s{v}``/``t{v}``: its value (or hash) on each
-    side (the minimum: for a key that is not mixed, its one row's)."""
+    ``unchanged`` (0 or 1; 0 for a mixed key), ``h`` (:func:`~backfill_lib.adapters.checksums.key_hash` of the
+    key), ``c`` (the change: ``inserted``, ``deleted``, ``updated`` or NULL; a mixed key is updated unless all its
+    rows are alike, by their row hashes' minimum and maximum) and per value column ``s{v}``/``t{v}``: its value
+    (or hash) on each side (the minimum: for a key that is not mixed, its one row's)."""
     s = F.col("s")
     per = _narrow(both, ks, vs).groupBy(*ks).agg(
         F.count_if(s).alias("ns"), F.count_if(~s).alias("nt"),
@@ -270,7 +281,7 @@ def _per_key(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
         F.when(ns == 0, nt).otherwise(0).alias("deleted"),
         F.when(differ, 1).otherwise(0).alias("updated"),
         F.when(matched & ~mixed & ~differ, 1).otherwise(0).alias("unchanged"),
-        F.xxhash64(*ks).alias("h"),
+        key_hash(both, ks).alias("h"),
         F.when(nt == 0, F.lit("inserted")).when(ns == 0, F.lit("deleted"))
         .when(differ | (mixed & ~((F.col("sa") == F.col("sb")) & (F.col("ta") == F.col("tb")) & (F.col("sa") == F.col("ta")))),
               F.lit("updated")).alias("c"),
@@ -335,10 +346,11 @@ def _mixed_keys(both: DataFrame, per_key: DataFrame, ks: list[str], types: dict[
 
 def _sample_rows(both: DataFrame, ks: list[str], vs: list[str], chosen: set[tuple]) -> DataFrame:
     """The rows of both sides whose key is a sample's (``chosen``: ``(raw partition, key hash)``), each as its key
-    ``k0..``, ``s``, ``h`` (the key hash) and ``j``: the whole row's ``to_json`` text (NULL fields written). The
-    key hashes filter both scans."""
+    ``k0..``, ``s``, ``h`` (the key hash, as :func:`_per_key` makes it) and ``j``: the whole row's ``to_json``
+    text (NULL fields written). The key hashes filter both scans; being NULL-aware, they pick up no other key's
+    rows (but on a 64-bit collision)."""
     hashes = sorted({x for _, x in chosen})
-    rows = both.withColumn("h", F.xxhash64(*ks)).where(F.col("h").isin(hashes))
+    rows = both.withColumn("h", key_hash(both, ks)).where(F.col("h").isin(hashes))
     return rows.select(*ks, "s", "h", F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}).alias("j"))
 
 

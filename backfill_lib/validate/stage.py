@@ -24,7 +24,7 @@ from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
 from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.plan.source_pins import read_table
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.run.stage import Staged
 from backfill_lib.run.staging import pinned, staged_rows
 from backfill_lib.strategies import strategy_for

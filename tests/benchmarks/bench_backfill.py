@@ -176,7 +176,7 @@ class StageTimer:
         import backfill_lib.runner as runner
         import backfill_lib.strategies.recompute as recompute
         import backfill_lib.validate.stage as validate_stage
-        from backfill_lib.run.ledger import Ledger
+        from backfill_lib.ledger import Ledger
         from backfill_lib.strategies.base import StrategyImpl
         from backfill_lib.validate.shared_pass import SharedPass
         from backfill_lib.validate.suites import SuiteRunner
@@ -917,8 +917,8 @@ def main(argv: list[str] | None = None) -> int:
     if {"tpch", "rows", "tiny"} & set(args.only):
         os.environ["BACKFILL_SPARK_MASTER"] = args.master
         from backfill_lib.adapters.session import get_spark
-        from backfill_lib.cli import quiet_spark_query_errors
-        from backfill_lib.run.ledger import Ledger
+        from backfill_lib.adapters.session import quiet_spark_query_errors
+        from backfill_lib.ledger import Ledger
 
         one_time: dict = {}
         say(f"starting Spark ({args.master}, driver memory {args.driver_memory}) with home {settings.home}")

@@ -40,10 +40,10 @@ def main() -> None:
     os.chdir(args.code)
 
     from backfill_lib.adapters.session import get_spark
-    from backfill_lib.cli import quiet_spark_query_errors
+    from backfill_lib.adapters.session import quiet_spark_query_errors
     from backfill_lib.core.settings import load_settings
-    from backfill_lib.run.ledger.store import Ledger
-    from backfill_lib.run.ledger.writer import EventWriter
+    from backfill_lib.ledger.store import Ledger
+    from backfill_lib.ledger.writer import EventWriter
     from backfill_lib.runner import prepare
     from tests.conftest import quiet_runner
     from tests.fixtures import D8, D10, events_request, make_events

@@ -91,7 +91,7 @@ class Rule:
 
 
 def only(*stages: str):
-    """Allowed: the module's own stage and the stages (or modules, written dotted: ``run.ledger``) named."""
+    """Allowed: the module's own stage and the stages (or modules, written dotted: ``strategies.kinds``) named."""
     return lambda module, imported: stage(imported) == stage(module) or any(
         within(imported, f"backfill_lib.{s}") for s in stages)
 
@@ -111,6 +111,8 @@ RULES = [
          lambda m: stage(m) == "core", only("core")),
     Rule("adapters", "adapters import only core",
          lambda m: stage(m) == "adapters", only("core")),
+    Rule("ledger", "the ledger (read by every stage) imports only core and adapters",
+         lambda m: stage(m) == "ledger", only("core", "adapters")),
     Rule("intake-pure", "the pure intake modules (request, rules, table_checks, sql_text, schema_guard) import only "
                         "core and pure intake (not sources or rule_checks)",
          lambda m: m in PURE_INTAKE, pure_of(PURE_INTAKE)),
@@ -124,23 +126,24 @@ RULES = [
                             "and each other",
          lambda m: m in PURE_STRATEGIES,
          lambda m, i: pure_of(PURE_STRATEGIES)(m, i) or i in PURE_INTAKE or i in PURE_PLAN),
-    Rule("plan", "the other plan modules import only core, intake and adapters",
-         lambda m: stage(m) == "plan" and m not in PURE_PLAN, only("core", "intake", "adapters")),
+    Rule("plan", "the other plan modules import only core, intake, adapters and the ledger (``--only`` reads the "
+                 "runs of the same request)",
+         lambda m: stage(m) == "plan" and m not in PURE_PLAN, only("core", "intake", "adapters", "ledger")),
     Rule("run", "run imports neither validate nor publish",
          lambda m: stage(m) == "run", but_not("validate", "publish")),
     Rule("validate", "validate does not import publish",
          lambda m: stage(m) == "validate", but_not("publish")),
-    Rule("report", "report reads what the stages recorded: it imports core, adapters, intake, plan, run, validate "
-                   "and the strategy kinds, never publish or the strategies' execution",
+    Rule("report", "report reads what the stages recorded: it imports core, adapters, intake, the ledger, plan, run, "
+                   "validate and the strategy kinds, never publish or the strategies' execution",
          lambda m: stage(m) == "report",
-         only("core", "adapters", "intake", "plan", "run", "validate", "strategies.kinds")),
-    Rule("strategies", "strategies (how each stages, publishes and verifies) import core, adapters, intake, plan, "
-                       "run, validate and publish, never report or the runner",
+         only("core", "adapters", "intake", "ledger", "plan", "run", "validate", "strategies.kinds")),
+    Rule("strategies", "strategies (how each stages, publishes and verifies) import core, adapters, intake, the "
+                       "ledger, plan, run, validate and publish, never report or the runner",
          lambda m: stage(m) == "strategies",
-         only("core", "adapters", "intake", "plan", "run", "validate", "publish")),
-    Rule("runner-and-cli", "only cli.py and the Python API (api.py) import backfill_lib.runner; nothing imports "
-                           "backfill_lib.cli",
-         lambda m: m not in ("backfill_lib.cli", "backfill_lib.api"),
+         only("core", "adapters", "intake", "ledger", "plan", "run", "validate", "publish")),
+    Rule("runner-and-cli", "only the API (api.py), the one code path of the CLI and of Python callers, imports "
+                           "backfill_lib.runner; nothing imports backfill_lib.cli",
+         lambda m: m != "backfill_lib.api",
          lambda m, i: not within(i, "backfill_lib.runner", "backfill_lib.cli")),
 ]
 
@@ -170,22 +173,44 @@ def test_every_kind_of_import_is_counted(tmp_path):
         "    from backfill_lib.strategies import strategy_for\n"
         "def later():\n"
         "    try:\n"
-        "        import backfill_lib.run.ledger as ledger\n"
+        "        import backfill_lib.ledger as ledger\n"
         "    except ImportError:\n"
         "        from backfill_lib import cli\n"
     )
     assert imported_modules("backfill_lib.plan.fake", source) == {
         "backfill_lib.core", "backfill_lib.core.errors", "backfill_lib.plan.model", "backfill_lib.strategies",
-        "backfill_lib.run.ledger", "backfill_lib.cli"}
+        "backfill_lib.ledger", "backfill_lib.cli"}
 
 
 def test_the_import_graph_is_read_from_every_module():
     assert len(MODULES) > 40 and {"backfill_lib.core.partitions", "backfill_lib.runner", "backfill_lib.cli",
                                   "backfill_lib.strategies", "backfill_lib.strategies.base"} <= set(MODULES)
     assert "backfill_lib.core.errors" in IMPORTS["backfill_lib.core.partitions"]
-    assert "backfill_lib.runner" in IMPORTS["backfill_lib.cli"]
+    assert "backfill_lib.runner" in IMPORTS["backfill_lib.api"] and "backfill_lib.api" in IMPORTS["backfill_lib.cli"]
     assert {"backfill_lib.intake.request", "backfill_lib.intake.schema_guard"} <= set(PURE_INTAKE)
     assert set(SPARK_INTAKE) <= set(MODULES) and not set(SPARK_INTAKE) & set(PURE_INTAKE)
     # each rule is about some module: a renamed stage cannot make its rule pass by matching nothing
     for rule in RULES:
         assert any(rule.applies(m) for m in MODULES), rule.name
+
+
+def pyspark_imports(path: Path) -> list[str]:
+    """The ``pyspark`` imports anywhere in the source at ``path`` (module level, functions, ``try``, ...)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        found += [f"line {node.lineno}: {n}" for n in names if n == "pyspark" or n.startswith("pyspark.")]
+    return found
+
+
+def test_the_cli_imports_no_pyspark_it_calls_the_api():
+    # the CLI parses, calls backfill_lib.api and renders its documents; Spark is the API's and the stages' business
+    assert pyspark_imports(MODULES["backfill_lib.cli"]) == []
+
+
+def test_a_pyspark_import_anywhere_is_found(tmp_path):
+    source = tmp_path / "fake.py"
+    source.write_text("import json\nimport pyspark.sql as ps\ndef f():\n    from pyspark.sql import functions as F\n"
+                      "    from . import pyspark_like\n")
+    assert pyspark_imports(source) == ["line 2: pyspark.sql", "line 4: pyspark.sql"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from datetime import date, datetime
 
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from tests.conftest import write_request
 from tests.e2e.test_layouts import run
 

@@ -262,7 +262,7 @@ def test_recompute_of_one_day_of_a_year_month_day_table_after_a_stray_row_is_ref
     post = [(c.name, c.partition, c.success) for c in result.checks if c.kind == "post_publish"]
     assert post == [("written_rows_and_checksum_equal_staging", None, True),
                     ("rows_equal_staging_and_files_replaced", "2024-03-09", True)]
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
 
     diffs = {d["partition"]: (d["inserted"], d["updated"]) for d in Ledger(spark, settings.ledger_schema).diffs(
         result.plan.run_id)}

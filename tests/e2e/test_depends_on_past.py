@@ -17,7 +17,7 @@ from pyspark.sql.types import DateType, IntegerType, LongType, StringType, Struc
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import ConflictError, IntakeError
 from backfill_lib.plan.explain import past_line
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.conftest import write_request
 

@@ -12,7 +12,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType, TimestampTyp
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import StrayRowsError
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.conftest import write_request
 

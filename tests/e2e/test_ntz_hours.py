@@ -31,7 +31,7 @@ from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.plan.builder import build_plan
 from backfill_lib.plan.explain import explain
 from backfill_lib.plan.model import plan_from_summary
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.conftest import write_request
 

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.plan.explain import explain
-from backfill_lib.run.selection import prepare_selected
+from backfill_lib.plan.selection import prepare_selected
 from tests.conftest import write_request
 from tests.fixtures import EVENTS_SCHEMA
 

@@ -3,7 +3,7 @@ its sources."""
 
 from __future__ import annotations
 
-from backfill_lib.run.selection import prepare_selected
+from backfill_lib.plan.selection import prepare_selected
 from tests.conftest import write_request
 from tests.fixtures import D8, D9, FULL_SOURCE, make_events
 

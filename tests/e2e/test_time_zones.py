@@ -18,7 +18,7 @@ from backfill_lib.adapters.delta_log import current_version, partition_stats
 from backfill_lib.cli import main
 from backfill_lib.core.errors import IntakeError
 from backfill_lib.plan.explain import explain
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.conftest import write_request
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from backfill_lib.cli import main
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from tests.conftest import write_request
 from tests.fixtures import FULL_SOURCE, events_request, make_events
 

@@ -239,7 +239,7 @@ def _rule(db: str, metric: str = "count(*)", source_metric: str = "count(*)", **
 
 
 def test_every_rule_is_checked_at_intake_naming_file_and_field(spark, settings, db, tmp_path, capsys):
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
 
     _events(spark, db)
     versions = {t: _history(spark, f"{db}.{t}") for t in ("events", "events_src")}
@@ -290,7 +290,7 @@ def test_every_rule_is_checked_at_intake_naming_file_and_field(spark, settings, 
 
 
 def test_a_spark_error_during_a_run_ends_it_failed(spark, settings, db, tmp_path, capsys):
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
 
     _events(spark, db)
     sql = (f"SELECT id, dt, CASE WHEN v > 0 THEN CAST(raise_error('boom at ' || id) AS INT) END AS v "
@@ -327,7 +327,7 @@ def test_a_view_target_and_reports_of_unknown_runs_are_exit_2(spark, settings, d
                               "recorded)")
     assert not spark.catalog.databaseExists(fresh)  # the report command created nothing
 
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
 
     Ledger(spark, settings.ledger_schema).ensure()
     assert main(["report", "bf_unknown_run"]) == 2

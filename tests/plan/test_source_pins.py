@@ -12,7 +12,7 @@ from backfill_lib.core.table_names import check_table_name
 from backfill_lib.plan.model import SourceVersion
 from backfill_lib.plan.source_pins import pin_versions, table_key
 from backfill_lib.run import batch_stager
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, FULL_SOURCE, events_request, make_events
 

@@ -10,7 +10,7 @@ def test_a_run_abandoned_between_validation_and_publish_writes_no_version(spark,
                                                                           make_runner):
     from backfill_lib.adapters.delta_log import current_version
     from backfill_lib.core.errors import AbandonedError
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
     from backfill_lib.runner import prepare
     from tests.fixtures import D8, D9, FULL_SOURCE, events_request, make_events
 

@@ -6,7 +6,7 @@ from datetime import date
 import pytest
 
 from backfill_lib.adapters.delta_log import current_version
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.fixtures import D9, events_request, make_events
 from tests.strategies.test_strategies import ID_DT_AMT, request, table

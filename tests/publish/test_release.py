@@ -13,7 +13,7 @@ from backfill_lib.core.errors import PublishError, RequestError, RolledBackError
 from backfill_lib.core.faults import MONITOR_ENV
 from backfill_lib.plan.builder import check_run_id
 from backfill_lib.publish.release import check_protected, parse_interval, retention
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.conftest import quiet_runner
 from tests.fixtures import D9, EVENTS_SCHEMA, events_request, make_events, make_monthly, with_mart

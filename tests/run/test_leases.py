@@ -11,7 +11,7 @@ import pytest
 
 from backfill_lib.core.leases import committed_before, holding, lease_of, make_lease, refusal
 from backfill_lib.core.partitions import Grain, half_open
-from backfill_lib.run.ledger.writer import PLANNED_KEY, commit_tag, tagged_runs
+from backfill_lib.ledger.writer import PLANNED_KEY, commit_tag, tagged_runs
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
 NY = "America/New_York"
@@ -173,8 +173,9 @@ def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_
     # commit is then one of this writer's, but of another run: the confirmation must still read the ledger).
     from backfill_lib.adapters.delta_log import current_version
     from backfill_lib.core.errors import LeaseError
-    from backfill_lib.run.ledger import Ledger, run_record
-    from backfill_lib.runner import Runner, prepare
+    from backfill_lib.ledger import Ledger, run_record
+    from backfill_lib.run.leases import Leases
+    from backfill_lib.runner import prepare
     from tests.fixtures import D8, D9, D10, FULL_SOURCE, events_request, make_events
 
     make_events(spark, db, FULL_SOURCE)
@@ -185,7 +186,7 @@ def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_
     second_request = events_request(tmp_path / "b", db, start=D9, end=D10)
     second, state = prepare(spark, settings, second_request, run_id=f"race_second_{writer}")
     other = Ledger(spark, settings.ledger_schema)  # the other process's ledger writer
-    checked = Runner._take_turn
+    checked = Leases.take_turn
 
     def other_run_plans_meanwhile(self, plan):
         mark = checked(self, plan)
@@ -194,7 +195,7 @@ def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_
         writing.flush()
         return mark
 
-    monkeypatch.setattr(Runner, "_take_turn", other_run_plans_meanwhile)
+    monkeypatch.setattr(Leases, "take_turn", other_run_plans_meanwhile)
     with pytest.raises(LeaseError) as err:
         make_runner().run(second, state)
     assert str(err.value).startswith(
@@ -231,7 +232,7 @@ def test_a_plan_stamped_first_but_committed_after_an_overlapping_one_withdraws(
     # b then sees a with a later stamp; by stamps b would go on, and a, whose confirmation saw nothing, too.
     from backfill_lib.adapters.delta_log import current_version
     from backfill_lib.core.errors import LeaseError
-    from backfill_lib.run.ledger import EventWriter, Ledger, run_record
+    from backfill_lib.ledger import EventWriter, Ledger, run_record
 
     (a, _), (b, b_state), b_request = _race_plans(spark, settings, db, tmp_path, "late_commit")
     other = Ledger(spark, settings.ledger_schema)  # a's process
@@ -262,12 +263,12 @@ def test_a_plan_committed_first_goes_on_though_an_overlapping_plan_stamped_earli
     # The other side of the race above: this run (a) committed its plan first; the other process's plan (b),
     # stamped earlier, lands before a's confirmation reads the ledger. a goes on and publishes (b withdraws
     # when it confirms).
-    from backfill_lib.run.ledger import Ledger, run_record
-    from backfill_lib.runner import Runner
+    from backfill_lib.ledger import Ledger, run_record
+    from backfill_lib.run.leases import Leases
 
     (a, a_state), (b, _), _ = _race_plans(spark, settings, db, tmp_path, "early_stamp")
     other = Ledger(spark, settings.ledger_schema)  # b's process
-    confirm = Runner._confirm_lease
+    confirm = Leases.confirm
     stamps = []
 
     def b_lands_before_the_read(self, plan, planned_seq, mark):
@@ -277,7 +278,7 @@ def test_a_plan_committed_first_goes_on_though_an_overlapping_plan_stamped_earli
         other._insert("runs", [{**run_record(b), "status": "planned", "seq": planned_seq - 10**9, "event_at": stamp}])
         return confirm(self, plan, planned_seq, mark)
 
-    monkeypatch.setattr(Runner, "_confirm_lease", b_lands_before_the_read)
+    monkeypatch.setattr(Leases, "confirm", b_lands_before_the_read)
     result = make_runner().run(a, a_state)
     monkeypatch.undo()
     assert result.status == "published"
@@ -293,7 +294,7 @@ def test_a_resume_after_its_lease_lapsed_is_refused_while_another_run_holds_the_
     # b: refused, before anything is written.
     from backfill_lib.adapters.delta_log import current_version
     from backfill_lib.core.errors import LeaseError
-    from backfill_lib.run.ledger import Ledger, run_record
+    from backfill_lib.ledger import Ledger, run_record
 
     (a, _), (b, _), _ = _race_plans(spark, settings, db, tmp_path, how)
     ledger = Ledger(spark, settings.ledger_schema)
@@ -320,7 +321,7 @@ def test_a_resume_after_its_lease_lapsed_is_refused_while_another_run_holds_the_
 def test_a_run_alone_on_the_ledger_reads_the_leases_once(spark, settings, db, tmp_path, make_runner, monkeypatch):
     # Nothing but the run's own events reached the runs table between its turn and its plan's commit: the
     # confirmation has nothing new to read (the read stands before each batch's first write)
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
     from backfill_lib.runner import prepare
     from tests.fixtures import D8, D9, FULL_SOURCE, events_request, make_events
 
@@ -336,7 +337,7 @@ def test_a_run_alone_on_the_ledger_reads_the_leases_once(spark, settings, db, tm
 def test_a_second_overlapping_run_is_refused_until_the_first_is_final(spark, settings, db, tmp_path, make_runner):
     from backfill_lib.adapters.delta_log import current_version
     from backfill_lib.core.errors import LeaseError, PublishError
-    from backfill_lib.run.ledger import Ledger
+    from backfill_lib.ledger import Ledger
     from backfill_lib.runner import prepare
     from tests.fixtures import D8, D9, D10, FULL_SOURCE, events_request, make_events
 

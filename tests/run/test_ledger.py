@@ -9,7 +9,7 @@ from pyspark.errors import AnalysisException
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.checks import Check
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 
 
 def test_events_are_written_behind_and_the_plan_json_only_once(spark, db):
@@ -148,7 +148,7 @@ def test_ledger_tables_compact_their_small_files(spark, db):
 def test_an_older_ledger_gets_the_compaction_property_unless_its_owner_set_one(spark, db):
     # Ledgers made by earlier versions have no such property (and here no rollback_plan column either); a value the
     # owner set, even "false", is left alone.
-    from backfill_lib.run.ledger.schema import SCHEMAS
+    from backfill_lib.ledger.schema import SCHEMAS
 
     for name, schema in SCHEMAS.items():
         fields = [f for f in schema.fields if f.name != "rollback_plan"]
@@ -197,7 +197,7 @@ def test_events_recorded_while_a_publish_sets_its_commit_confs_commit_after_it_w
     # that window once both took the publish's txnAppId and version: the first committed with the publish's
     # userMetadata, and Delta skipped the second as a repeat of it (its event lost, the writer none the wiser).
     from backfill_lib.publish.commit import TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF, session_confs
-    from backfill_lib.run.ledger.writer import tagged_runs
+    from backfill_lib.ledger.writer import tagged_runs
 
     ledger = Ledger(spark, db)
     ledger.ensure()
@@ -214,3 +214,24 @@ def test_events_recorded_while_a_publish_sets_its_commit_confs_commit_after_it_w
     history = spark.sql(f"DESCRIBE HISTORY {db}.runs").where(f"version > {before}").collect()
     assert [tagged_runs(h["userMetadata"]) for h in history] == [["r_confs"]] * len(history)  # its own tags
     assert len(history) >= 1
+
+
+def test_the_abandon_check_finds_an_abandon_committed_by_another_writer_after_the_mark(spark, db):
+    ledger, elsewhere = Ledger(spark, db), Ledger(spark, db)
+    ledger.ensure()
+    ledger.flush()
+    mark = ledger.commit_mark("runs")
+    ledger.watch_from("r9", mark)
+    record = ledger.record_run({"run_id": "r9", "target_table": "x.events", "plan_json": "{}"}, "planned")
+    ledger.record_run(record, "validated")
+    ledger.flush()
+    assert ledger.abandoned_event("r9") is None  # only this writer's commits of r9 since the mark: nothing to read
+    with elsewhere.durable():
+        elsewhere.record_run(record, "abandoned", message="abandoned: superseded")
+    found = ledger.abandoned_event("r9")
+    assert found["message"] == "abandoned: superseded"
+    # a commit of another run by this writer also means a read: that run's events share the table
+    ledger.record_run({"run_id": "r10", "target_table": "x.events"}, "planned")
+    ledger.flush()
+    assert not ledger.only_commits_of("runs", mark, "r9")
+    assert ledger.abandoned_event("r9")["message"] == "abandoned: superseded"

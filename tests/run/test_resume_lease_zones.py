@@ -66,7 +66,7 @@ def _narrowed(record: dict, start: datetime | None, end: datetime | None) -> dic
 
 def _lapsed_a_and_planned_b(spark, settings, a, b, b_hours):
     """a planned 25 hours ago and silent since (its lease lapsed); b planned now."""
-    from backfill_lib.run.ledger import Ledger, run_record
+    from backfill_lib.ledger import Ledger, run_record
 
     ledger = Ledger(spark, settings.ledger_schema)
     ledger.ensure()
@@ -129,7 +129,6 @@ def test_a_resume_of_a_lapsed_new_york_run_is_refused_by_a_utc_run_sharing_its_h
 def test_the_resume_check_refuses_only_for_a_utc_run_sharing_an_instant_of_the_new_york_day(
         spark, settings, db, tmp_path, make_runner, case, b_day, b_hours, refused):
     from backfill_lib.core.errors import LeaseError
-    from backfill_lib.runner import Runner
 
     a, b = _plans(spark, settings, db, tmp_path, f"lzc_{case}", b_day)
     ledger = _lapsed_a_and_planned_b(spark, settings, a, b, b_hours)
@@ -137,6 +136,6 @@ def test_the_resume_check_refuses_only_for_a_utc_run_sharing_an_instant_of_the_n
     runner = make_runner()
     if refused:
         with pytest.raises(LeaseError, match=f"lapsed \\(no event for 24 hours\\) and run {b.run_id} \\(owner"):
-            Runner._check_lease_on_resume(runner, a, record)
+            runner.leases.check_resume(a, record, concurrent=False)
     else:
-        assert Runner._check_lease_on_resume(runner, a, record) is None
+        assert runner.leases.check_resume(a, record, concurrent=False) is None

@@ -10,7 +10,7 @@ from chispa import assert_df_equality
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import ConflictError
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.fixtures import (
     D8,

@@ -15,7 +15,7 @@ from rich.console import Console
 from backfill_lib.adapters.delta_log import current_version, read_table_state
 from backfill_lib.core.errors import GateFailedError
 from backfill_lib.plan.explain import explain
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from backfill_lib.strategies import strategy_for
 from backfill_lib.strategies.change_feed import ChangeRows

@@ -5,7 +5,7 @@ import json
 from chispa import assert_df_equality
 
 from backfill_lib.adapters.delta_log import current_version
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.conftest import quiet_runner
 from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, TARGET_ROWS, events_request, make_events

@@ -8,7 +8,7 @@ from backfill_lib.adapters.delta_log import current_version, partition_stats
 from backfill_lib.cli import main
 from backfill_lib.core.errors import GateFailedError, IntakeError, StrayRowsError
 from backfill_lib.report.run_report import write_run_report
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.conftest import quiet_runner
 from tests.fixtures import D8, D9, D10, D11, EVENTS_SCHEMA, events_request, make_events

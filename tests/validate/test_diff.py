@@ -22,14 +22,15 @@ def test_inserted_deleted_updated_unchanged_by_key(spark):
     # Keys 2, 4 and 5 are on both sides with the same v: three unchanged, so rows before 5 = 1 + 1 + 3.
     assert diffs == {"2024-03-10": PartitionDiff("2024-03-10", 1, 1, 1, 3, {"v": 1}, {"v": Decimal(7)}, (), 1)}
     assert (diffs["2024-03-10"].rows_before, diffs["2024-03-10"].rows_after) == (5, 5)
-    # Samples: per bucket of the key hash, the changed row with the smallest hash (key 3's update shares its
-    # bucket with a smaller one), in ascending hash; values as Spark's JSON text.
+    # Samples: per bucket of the key hash, the changed row with the smallest hash (keys 3, 6 and 1 fall in
+    # buckets 2, 0 and 1), in ascending hash; values as Spark's JSON text.
     samples = diffs["2024-03-10"].samples
     assert [(x["change"], x["key"], x["before"], x["after"]) for x in samples] == [
+        ("updated", {"id": "3", "dt": "2024-03-10"}, {"v": "30"}, {"v": "37"}),
         ("inserted", {"id": "6", "dt": "2024-03-10"}, None, {"v": "60"}),
         ("deleted", {"id": "1", "dt": "2024-03-10"}, {"v": "10"}, None),
     ]
-    assert samples[0]["h"] < samples[1]["h"]
+    assert samples[0]["h"] < samples[1]["h"] < samples[2]["h"]
 
 
 def test_no_deletes_gate_fails_naming_the_partition(spark):
@@ -132,10 +133,14 @@ def test_values_swapped_with_null_maps_reordered_and_repeated_keys(spark):
     # key 1: a NULL and a value swapped places (the map only changed order); key 2: a map gained a NULL entry;
     # key 3 pairs with both target rows, one alike and one not, as a join would pair them
     assert d == PartitionDiff("2024-03-10", 0, 0, 3, 1, {"a": 1, "b": 2, "m": 1}, {}, (), 3)
-    # one bucket of the key hash holds all three keys: key 2's hash is the smallest
+    # the three keys fall in buckets 0, 2 and 1 of the key hash, in ascending hash; key 3 shows the target row
+    # that differs
     assert [(x["change"], x["key"], x["before"], x["after"]) for x in d.samples] == [
         ("updated", {"id": "2", "dt": "2024-03-10"}, {"a": "", "b": None, "m": '{"p":1}'},
-         {"a": "", "b": None, "m": '{"p":1,"q":null}'})]
+         {"a": "", "b": None, "m": '{"p":1,"q":null}'}),
+        ("updated", {"id": "3", "dt": "2024-03-10"}, {"a": "c", "b": "d", "m": "{}"}, {"a": "c", "b": "c", "m": "{}"}),
+        ("updated", {"id": "1", "dt": "2024-03-10"}, {"a": None, "b": "x", "m": '{"p":1,"q":2}'},
+         {"a": "x", "b": None, "m": '{"p":1,"q":2}'})]
     # alone, key 3 is its partition's sample: of its two target rows, the one that differs is shown
     three = diff_by_key(staged.where("id = 3"), current.where("id = 3"), ["id"], "dt")["2024-03-10"]
     assert [(x["before"], x["after"]) for x in three.samples] == [

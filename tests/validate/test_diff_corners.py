@@ -29,10 +29,15 @@ def test_null_key_parts_on_both_sides_match_only_the_same_null_pattern(spark):
     # on the current side: deleted; (NULL, 2) only staged: inserted (it does not match (2, NULL)).
     assert diffs == {"2024-03-10": PartitionDiff("2024-03-10", 1, 1, 2, 1, {"v": 2}, {"v": Decimal(8)}, (), 2)}
     assert (diffs["2024-03-10"].rows_before, diffs["2024-03-10"].rows_after) == (4, 4)
-    # Only the counts are asserted. Known defect of the samples: xxhash64 skips NULL arguments, so (1, NULL) and
-    # (NULL, 1) share a key hash, as do (2, NULL) and (NULL, 2), and a sample is built from all rows of its hash:
-    # with only (2, NULL) current and (NULL, 2) staged, the one sample reads "updated" key (NULL, 2) with before
-    # {"v": "40"}, the row of (2, NULL), where the key was inserted and the other deleted.
+    # The key hash tags NULLs (xxhash64 alone hashes (2, NULL) like (NULL, 2), and a sample would mix their
+    # rows: an "updated" (NULL, 2) from 40): the four changed keys fall in buckets 0, 3, 2 and 1, in ascending
+    # hash, each with rows of its own key only.
+    assert [(x["change"], x["key"], x["before"], x["after"]) for x in diffs["2024-03-10"].samples] == [
+        ("updated", {"id": None, "sub": None, "dt": "2024-03-10"}, {"v": "30"}, {"v": "27"}),
+        ("deleted", {"id": "2", "sub": None, "dt": "2024-03-10"}, {"v": "40"}, None),
+        ("inserted", {"id": None, "sub": "2", "dt": "2024-03-10"}, None, {"v": "50"}),
+        ("updated", {"id": None, "sub": "1", "dt": "2024-03-10"}, {"v": "20"}, {"v": "25"}),
+    ]
 
 
 def test_a_key_moving_between_partitions_is_deleted_from_one_and_inserted_into_the_other(spark):
@@ -113,3 +118,37 @@ def test_hour_partitions_with_nan_and_signed_zeros_in_a_double_column(spark):
     d8 = diffs["2024-03-10T04:00:00-04:00"]
     assert (d8.inserted, d8.deleted, d8.updated, d8.unchanged, d8.changed_columns) == (0, 0, 1, 0, {"v": 1})
     assert d8.abs_change["v"].is_nan() and math.isnan(float(d8.abs_change["v"]))
+
+
+def test_keys_alike_but_for_where_the_null_is_are_sampled_apart(spark):
+    # xxhash64 skips NULL arguments: (2, NULL) and (NULL, 2) would share one key hash, so one sample, read from
+    # the rows of both keys. The key hash tags NULLs: each key is its own sample, with rows of its own key only.
+    schema = StructType([StructField("id", IntegerType()), StructField("sub", IntegerType()),
+                         StructField("dt", DateType()), StructField("v", IntegerType())])
+    current = spark.createDataFrame([(2, None, D11, 10), (None, 2, D11, 20), (1, 1, D11, 7)], schema)
+    staged = spark.createDataFrame([(2, None, D11, 11), (None, 2, D11, 22), (1, 1, D11, 7)], schema)
+
+    diffs = diff_by_key(staged, current, ["id", "sub"], "dt", ["v"])
+
+    assert diffs == {"2024-03-11": PartitionDiff("2024-03-11", 0, 0, 2, 1, {"v": 2}, {"v": Decimal(3)}, (), 2)}
+    # the two keys' hashes fall in buckets 2 and 3; (2, NULL)'s is the smaller
+    samples = diffs["2024-03-11"].samples
+    assert [(x["change"], x["key"], x["before"], x["after"]) for x in samples] == [
+        ("updated", {"id": "2", "sub": None, "dt": "2024-03-11"}, {"v": "10"}, {"v": "11"}),
+        ("updated", {"id": None, "sub": "2", "dt": "2024-03-11"}, {"v": "20"}, {"v": "22"}),
+    ]
+    assert samples[0]["h"] < samples[1]["h"]
+
+
+def test_a_double_key_of_either_zero_sign_is_one_key_and_its_sample_reads_both_sides(spark):
+    # grouping holds 0.0 and -0.0 as one key, so the key hash must too, or the sample would miss a side
+    schema = StructType([StructField("id", DoubleType()), StructField("dt", DateType()),
+                         StructField("v", IntegerType())])
+    current = spark.createDataFrame([(0.0, D10, 1)], schema)
+    staged = spark.createDataFrame([(-0.0, D10, 2)], schema)
+
+    d = diff_by_key(staged, current, ["id"], "dt", ["v"])["2024-03-10"]
+
+    assert d == PartitionDiff("2024-03-10", 0, 0, 1, 0, {"v": 1}, {"v": Decimal(1)}, (), 1)
+    assert [(x["change"], x["key"]["id"], x["before"], x["after"]) for x in d.samples] == [
+        ("updated", "-0.0", {"v": "1"}, {"v": "2"})]

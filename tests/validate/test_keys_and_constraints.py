@@ -17,7 +17,7 @@ from backfill_lib.adapters.delta_log import (
 from backfill_lib.cli import main
 from backfill_lib.core.errors import GateFailedError
 from backfill_lib.core.table_state import Constraint, constraints_of
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.conftest import quiet_runner, write_request
 

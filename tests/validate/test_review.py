@@ -8,7 +8,7 @@ from pyspark.sql.types import DateType, DecimalType, IntegerType, StructField, S
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import GateFailedError
-from backfill_lib.run.ledger import Ledger
+from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.strategies.test_strategies import ID_DT_AMT, request, table
 

@@ -1,7 +1,7 @@
 """The :class:`Ledger` a run uses: creates the ledger tables, records events and reads them back folded.
 
-Every table is append-only (see :mod:`backfill_lib.run.ledger`): a read folds a run's or partition's events to
-the latest one by ``seq``. Writing is :class:`~backfill_lib.run.ledger.writer.EventWriter`'s, which
+Every table is append-only (see :mod:`backfill_lib.ledger`): a read folds a run's or partition's events to
+the latest one by ``seq``. Writing is :class:`~backfill_lib.ledger.writer.EventWriter`'s, which
 :class:`Ledger` extends, so every read here flushes first and sees every event recorded before it.
 """
 
@@ -17,8 +17,8 @@ from pyspark.sql import functions as F
 from backfill_lib.adapters.delta_log import live_metadata
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import RunNotFoundError
-from backfill_lib.run.ledger.schema import SCHEMAS
-from backfill_lib.run.ledger.writer import EventWriter
+from backfill_lib.ledger.schema import SCHEMAS
+from backfill_lib.ledger.writer import EventWriter
 
 
 #: Table properties of every ledger table. Each commit of events adds one small file, and every run reads the
@@ -35,6 +35,7 @@ class Ledger(EventWriter):
         super().__init__(spark, schema)
         self._ensured = False
         self._last_run: dict[str, dict] = {}  # run_id -> the run record record_run last returned
+        self._turn_marks: dict[str, tuple[int, int] | None] = {}  # run_id -> its runs-table mark (watch_from)
         #: called as ``listener(record, status)`` after every run event is queued (lineage); they must not raise
         self.listeners: list = []
 
@@ -135,6 +136,10 @@ class Ledger(EventWriter):
         self.flush()
         return self._fold_runs(self.spark.table(self.table("runs")))
 
+    def latest_runs(self, limit: int = 20) -> list:
+        """The latest record of each of the ``limit`` runs with the latest events, newest first (``status``)."""
+        return self.runs().orderBy(F.col("seq").desc()).limit(limit).collect()
+
     def leases(self, table: str, flush: bool = True, location: str = "") -> list:
         """The :class:`~backfill_lib.core.leases.Lease` of every run of ``table`` (any spelling; also any name
         whose plan read the data path ``location``, when given: ``delta.`<path>``` or a catalog alias) whose latest
@@ -192,12 +197,23 @@ class Ledger(EventWriter):
         rows = self._fold_runs(self.spark.table(self.table("runs")).where(F.col("run_id") == run_id)).collect()
         return rows[0].asDict() if rows else None
 
+    def watch_from(self, run_id: str, mark: tuple[int, int] | None) -> None:
+        """Note the ``runs`` table's mark (:meth:`commit_mark`) read before ``run_id``'s ``planned`` event was
+        recorded, for :meth:`abandoned_event`: an abandon of the run can only be committed after it."""
+        self._turn_marks[run_id] = mark
+
     def abandoned_event(self, run_id: str) -> dict | None:
         """The latest ``abandoned`` event of ``run_id`` committed to the ledger by any process (``message``,
         ``seq``), or ``None``: one filtered read of the ``runs`` table, not flushed first. What it asks for comes
         from another process (``backfill abandon``, which commits its event before it returns), so this
         process's own queued events need not be committed for it; ``abandoned`` is final (nothing resumes such a
-        run), so any such event counts, however old."""
+        run), so any such event counts, however old.
+
+        Not read at all when :meth:`watch_from` noted a mark for the run and every commit to the ``runs`` table
+        since was this writer's, with this run's events only (:meth:`only_commits_of`, a look at the table's
+        latest version): no other process has written an event since the run existed."""
+        if run_id in self._turn_marks and self.only_commits_of("runs", self._turn_marks[run_id], run_id):
+            return None
         rows = (self.spark.table(self.table("runs"))
                 .where((F.col("run_id") == run_id) & (F.col("status") == "abandoned"))
                 .select("message", "seq").orderBy(F.col("seq").desc()).limit(1).collect())

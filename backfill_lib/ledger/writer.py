@@ -11,7 +11,7 @@ staged again (its write replaces), a lost check means the run validates again, a
 harmless because a resumed run looks for its own commit in the target's history before publishing (and Delta's
 idempotent-write guard refuses a second one).
 
-:class:`backfill_lib.run.ledger.store.Ledger` is an :class:`EventWriter`: it adds the tables' creation, the
+:class:`backfill_lib.ledger.store.Ledger` is an :class:`EventWriter`: it adds the tables' creation, the
 ``record_*`` methods and the reads.
 """
 
@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pyspark.sql import SparkSession
 
 from backfill_lib.core.errors import BackfillError
-from backfill_lib.run.ledger.schema import JSON_TIMESTAMP_FORMAT, SCHEMAS, json_value, string_literal
+from backfill_lib.ledger.schema import JSON_TIMESTAMP_FORMAT, SCHEMAS, json_value, string_literal
 
 log = logging.getLogger(__name__)
 

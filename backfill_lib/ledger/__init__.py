@@ -7,13 +7,13 @@ event twice changes no state.
 
 Events are written behind the run, in bursts, and every read flushes first.
 
-- :mod:`~backfill_lib.run.ledger.schema`: the tables (described there), how values are written, a run's first
+- :mod:`~backfill_lib.ledger.schema`: the tables (described there), how values are written, a run's first
   record (:func:`run_record`).
-- :mod:`~backfill_lib.run.ledger.writer`: the write-behind (what a crash can lose and why that is safe).
-- :mod:`~backfill_lib.run.ledger.store`: :class:`Ledger`, what the run, the CLI and the reports use.
+- :mod:`~backfill_lib.ledger.writer`: the write-behind (what a crash can lose and why that is safe).
+- :mod:`~backfill_lib.ledger.store`: :class:`Ledger`, what the run, the CLI and the reports use.
 """
 
-from backfill_lib.run.ledger.schema import (
+from backfill_lib.ledger.schema import (
     CHECKS_SCHEMA,
     DIFFS_SCHEMA,
     JSON_TIMESTAMP_FORMAT,
@@ -23,8 +23,8 @@ from backfill_lib.run.ledger.schema import (
     json_value,
     run_record,
 )
-from backfill_lib.run.ledger.store import Ledger
-from backfill_lib.run.ledger.writer import LINGER_SECONDS, EventWriter
+from backfill_lib.ledger.store import Ledger
+from backfill_lib.ledger.writer import LINGER_SECONDS, EventWriter
 
 __all__ = [
     "CHECKS_SCHEMA",
