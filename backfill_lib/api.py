@@ -163,25 +163,38 @@ def _ledger(settings: Settings, spark):
     return Ledger(spark, settings.ledger_schema)
 
 
-def status(run_id: str | None = None, *, settings: Settings | None = None, spark=None):
-    """``backfill status``: the latest runs (:class:`~backfill_lib.report.status.RunList`), or ``run_id``'s
-    record and partitions (:class:`~backfill_lib.report.status.RunStatus`)."""
-    from backfill_lib.report.status import run_list, run_status
+def status_source(settings: Settings, spark=None):
+    """Where ``status`` reads the ledger: its files (:func:`~backfill_lib.ledger.files.ledger_files`: the embedded
+    default, no JVM, answers beside a running run) unless a session is handed in or the catalog is another; else
+    the ledger through Spark (``spark``: a session, or a function that makes one)."""
+    if spark is None or callable(spark):
+        from backfill_lib.ledger.files import ledger_files
 
-    settings = settings or load_settings()
+        files = ledger_files(settings)
+        if files is not None:
+            return files
+    from backfill_lib.report.status import CatalogStatus
+
     ledger = _ledger(settings, session(settings, spark))
     ledger.ensure()
-    return run_list(ledger) if run_id is None else run_status(ledger, run_id)
+    return CatalogStatus(ledger)
+
+
+def status(run_id: str | None = None, *, settings: Settings | None = None, spark=None):
+    """``backfill status``: the latest runs (:class:`~backfill_lib.report.status.RunList`), or ``run_id``'s
+    record and partitions (:class:`~backfill_lib.report.status.RunStatus`); read as :func:`status_source` says.
+    Raises :class:`~backfill_lib.core.errors.RunNotFoundError` for a run the ledger does not have."""
+    from backfill_lib.report.status import run_list, run_status
+
+    source = status_source(settings or load_settings(), spark)
+    return run_list(source) if run_id is None else run_status(source, run_id)
 
 
 def status_document(run_id: str | None = None, *, settings: Settings | None = None, spark=None):
     """``backfill status --json``: :class:`~backfill_lib.report.documents.StatusDocument`."""
     from backfill_lib.report.status import status_document as document
 
-    settings = settings or load_settings()
-    ledger = _ledger(settings, session(settings, spark))
-    ledger.ensure()
-    return document(ledger, run_id)
+    return document(status_source(settings or load_settings(), spark), run_id)
 
 
 def history_table(table: str) -> str:

@@ -13,6 +13,7 @@ code; everything else (progress, tables, logs, the JVM's output) goes to stderr 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -299,7 +300,7 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
            json_: JsonOption = False) -> None:
     """Show runs from the ledger, or one run and its partitions."""
     settings = _settings()
-    spark = _spark(settings, short_lived=True)
+    spark = functools.partial(_spark, settings, short_lived=True)  # not needed on the embedded default
     if json_:
         _State.document = api.status_document(run_id, settings=settings, spark=spark)
         return

@@ -4,32 +4,65 @@ text view's rows and as the :class:`~backfill_lib.report.documents.StatusDocumen
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from backfill_lib.ledger import Ledger
 from backfill_lib.report.documents import PartitionStatus, RunDetail, RunListItem, StatusDocument, Versions, utc_text
-from backfill_lib.run.cleanup import staging_exists, staging_kept
+from backfill_lib.run.cleanup import staging_kept
 
 
-def status_document(ledger: Ledger, run_id: str | None) -> StatusDocument:
+class StatusSource(Protocol):
+    """Where ``status`` reads: the ledger through Spark (:class:`CatalogStatus`) or its files
+    (:class:`~backfill_lib.ledger.files.LedgerFiles`, the embedded default, no JVM)."""
+
+    def latest_runs(self, limit: int = 20) -> list: ...
+    def run(self, run_id: str) -> dict: ...
+    def partitions(self, run_id: str) -> list[dict]: ...
+    def staging_kept(self, names: list[str | None]) -> set[str]: ...
+
+
+class CatalogStatus:
+    """A :class:`StatusSource` on ``ledger``'s session: its reads, and the catalog for the staging tables."""
+
+    def __init__(self, ledger: Ledger):
+        self.ledger = ledger
+
+    def latest_runs(self, limit: int = 20) -> list:
+        return self.ledger.latest_runs(limit)
+
+    def run(self, run_id: str) -> dict:
+        return self.ledger.run(run_id)
+
+    def partitions(self, run_id: str) -> list[dict]:
+        return self.ledger.partitions(run_id)
+
+    def staging_kept(self, names: list[str | None]) -> set[str]:
+        return staging_kept(self.ledger.spark, names)
+
+
+def status_document(source: StatusSource, run_id: str | None) -> StatusDocument:
     """What ``status`` prints, as a :class:`~backfill_lib.report.documents.StatusDocument`: the 20 latest runs,
     or ``run_id`` and its partitions."""
     if run_id is None:
+        latest = source.latest_runs(20)
+        kept = source.staging_kept([r["staging_table"] for r in latest])
         return StatusDocument(run=None, runs=[RunListItem(
             run_id=r["run_id"], status=r["status"], request=r["request_name"], target_table=r["target_table"],
             owner=r["owner"], published_version=r["published_version"],
-            staging_kept=staging_exists(ledger.spark, r["staging_table"]), updated_at=utc_text(r["event_at"]))
-            for r in ledger.latest_runs(20)])
-    r = ledger.run(run_id)
+            staging_kept=r["staging_table"] in kept, updated_at=utc_text(r["event_at"]))
+            for r in latest])
+    r = source.run(run_id)
     return StatusDocument(runs=None, run=RunDetail(
         run_id=run_id, status=r["status"], request=r["request_name"], target_table=r["target_table"], owner=r["owner"],
-        reason=r["reason"], staging_table=r["staging_table"], staging_kept=staging_exists(ledger.spark, r["staging_table"]),
+        reason=r["reason"], staging_table=r["staging_table"],
+        staging_kept=r["staging_table"] in source.staging_kept([r["staging_table"]]),
         versions=Versions(target_seen=r["target_version_seen"], pre_publish=r["pre_publish_version"],
                           published=r["published_version"]),
         rollback_until=utc_text(r.get("rollback_until")), approved_by=r.get("approved_by"), message=r["message"],
         partitions=[PartitionStatus(partition=p["partition"], batch=p["batch"], status=p["status"], rows=p["rows"],
                                     attempt=p["attempt"], started_at=utc_text(p["started_at"]),
                                     ended_at=utc_text(p["ended_at"]), message=p["message"])
-                    for p in ledger.partitions(run_id)]))
+                    for p in source.partitions(run_id)]))
 
 
 @dataclass(frozen=True)
@@ -51,12 +84,13 @@ class RunStatus:
     partitions: list[dict]
 
 
-def run_list(ledger: Ledger) -> RunList:
-    latest = ledger.latest_runs(20)
-    return RunList(latest, staging_kept(ledger.spark, [r["staging_table"] for r in latest]))
+def run_list(source: StatusSource) -> RunList:
+    latest = source.latest_runs(20)
+    return RunList(latest, source.staging_kept([r["staging_table"] for r in latest]))
 
 
-def run_status(ledger: Ledger, run_id: str) -> RunStatus:
+def run_status(source: StatusSource, run_id: str) -> RunStatus:
     """Raises :class:`~backfill_lib.core.errors.RunNotFoundError` when the ledger has no such run."""
-    run = ledger.run(run_id)
-    return RunStatus(run, staging_exists(ledger.spark, run["staging_table"]), ledger.partitions(run_id))
+    run = source.run(run_id)
+    return RunStatus(run, run["staging_table"] in source.staging_kept([run["staging_table"]]),
+                     source.partitions(run_id))

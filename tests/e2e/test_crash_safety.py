@@ -30,23 +30,44 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from backfill_lib.core.faults import CONFLICT_ENV, CRASH_ENV, MONITOR_ENV, PAUSE_ENV, PAUSE_FILE_ENV, SIGNAL_ENV
+from backfill_lib.core.faults import (
+    CONFLICT_ENV,
+    CRASH_ENV,
+    MONITOR_ENV,
+    PAUSE_ENV,
+    PAUSE_FILE_ENV,
+    PAUSE_SECONDS_ENV,
+    SIGNAL_ENV,
+)
 from tests.conftest import ROOT
 from tests.e2e.test_crash_points import _wait_for_jvm_exit
 from tests.fixtures import D8, D10, EVENTS_SCHEMA, FULL_EXPECTED, events_request, with_mart
 
 ROLL, TERM = "cs_roll", "cs_term"  # the schemas: a target with a mart (rollback), a target alone (SIGTERM)
+#: how long a paused process waits while the test runs commands beside it (they must end well within it)
+LONG_PAUSE_SECONDS = 60
 
 
-def _run_job(home: Path, name: str, commands: list[list[str]], pause: str, sig: int | None) -> tuple[int, str, str]:
+def _backfill(home: Path, *args: str) -> subprocess.CompletedProcess:
+    """The ``backfill`` command of this environment, as a user types it in a second terminal on ``home``."""
+    env = {**os.environ, "BACKFILL_HOME": str(home)}
+    return subprocess.run([str(Path(sys.executable).parent / "backfill"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=LONG_PAUSE_SECONDS)
+
+
+def _run_job(home: Path, name: str, commands: list[list[str]], pause: str, sig: int | None,
+             while_paused=None) -> tuple[int, str, str]:
     """Run ``commands`` (no argument may hold a space: crash_job splits on them) in one crash_job process in its
-    own process group; once it pauses at ``pause``, send
-    ``sig`` to the whole group (``None``: let it finish). Returns exit code, stdout, stderr."""
+    own process group; once it pauses at ``pause``, call ``while_paused()`` (if given; the pause then lasts
+    :data:`LONG_PAUSE_SECONDS`) and send ``sig`` to the whole group (``None``: let it finish). Returns exit code,
+    stdout, stderr."""
     env = {k: v for k, v in os.environ.items() if k not in (CRASH_ENV, SIGNAL_ENV, CONFLICT_ENV, MONITOR_ENV)}
     marker = home / f"{name}.paused"
     env.update(BACKFILL_HOME=str(home), BACKFILL_SPARK_MASTER="local[2]")
     if pause:
         env.update({PAUSE_ENV: pause, PAUSE_FILE_ENV: str(marker)})
+    if while_paused:
+        env[PAUSE_SECONDS_ENV] = str(LONG_PAUSE_SECONDS)
     argv = [sys.executable, str(ROOT / "tests" / "crash_job.py"), f"{ROLL}+monthly,{TERM}+target"]
     for c in commands:
         argv += ["--", *c]
@@ -60,6 +81,8 @@ def _run_job(home: Path, name: str, commands: list[list[str]], pause: str, sig: 
                                             f"{err.read_text()[-3000:]}"
                 assert time.monotonic() < deadline, f"{name} never paused at {pause}"
                 time.sleep(0.1)
+            if while_paused:
+                while_paused()
             if sig is not None:
                 os.killpg(proc.pid, sig)  # the driver, its Spark JVM and everything else in the group
             code = proc.wait(timeout=900)
@@ -87,10 +110,15 @@ def story(tmp_path_factory):
                                             "between_restores", signal.SIGKILL)
     # one process for the SIGTERM and the resume after it (crash_job goes on after a non-zero exit code and
     # prints each command's code): SIGTERM leaves the JVM running, so a fourth JVM start would test nothing more
+    # while the SIGTERM's run is paused (its JVM holds the home's Derby metastore), a second terminal's status
+    beside = []
     steps["rollback_again_term_and_resume"] = _run_job(
         home, "p3", [["status", run_id], rollback, rollback, [*rollback, "--force"],
                      ["run", str(term), "--run-id", "term_me"], ["resume", "term_me"], ["status", "term_me"]],
-        "after_stage:1", signal.SIGTERM)
+        "after_stage:1", signal.SIGTERM,
+        while_paused=lambda: beside.extend([_backfill(home, "status"), _backfill(home, "status", "term_me"),
+                                            _backfill(home, "status", "--json")]))
+    steps["status_beside_the_run"] = beside
     return home, run_id, steps
 
 
@@ -137,6 +165,18 @@ def test_a_rollback_killed_between_restores_finishes_with_one_restore_per_table(
                            spark.read.format("delta").option("versionAsOf", 0).load(path), ignore_row_order=True)
     assert _status(spark, home, run_id) == "rolled_back"
     assert _status(spark, home, f"{run_id}__m0") == "rolled_back"
+
+
+def test_status_from_a_second_terminal_answers_while_a_run_holds_the_home(story):
+    _, run_id, steps = story
+    listed, one, document = steps["status_beside_the_run"]
+    assert (listed.returncode, one.returncode, document.returncode) == (0, 0, 0), listed.stderr + one.stderr
+    # the run's events reach the ledger behind it, in bursts: planned at least (its ID is printed after that)
+    assert re.search(r"term_me\s+│\s+(planned|staging)\s+│", listed.stdout), listed.stdout
+    assert re.search(rf"{run_id}\s+│\s+rolled_back\s+│", listed.stdout), listed.stdout
+    assert re.search(r"^run term_me: (planned|staging) ", one.stdout, re.M), one.stdout
+    runs = {r["run_id"]: r["status"] for r in json.loads(document.stdout)["runs"]}
+    assert runs["term_me"] in ("planned", "staging") and runs[run_id] == "rolled_back"
 
 
 def test_sigterm_to_the_process_group_cancels_and_resume_publishes(spark, story):
