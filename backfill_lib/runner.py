@@ -51,7 +51,7 @@ from backfill_lib.run.leases import Leases, confirmed_refusal
 from backfill_lib.run.source_check import check_source_schema
 from backfill_lib.run.stage import Staged, stage
 from backfill_lib.run.staging import releasing_pinned
-from backfill_lib.strategies import strategy_for
+from backfill_lib.strategies import implementation
 from backfill_lib.validate.diff import diff_rows
 from backfill_lib.validate.stage import Validate, Validated, nothing_changes
 from backfill_lib.validate.suites import load_suite
@@ -91,11 +91,12 @@ class Runner:
         self._mart_plans: dict[tuple[str, int], BackfillPlan] = {}
         #: the outcome each run reported last, by run ID (``backfill run --json`` prints its document)
         self.outcomes: dict[str, RunOutcome] = {}
-        self.validator = Validate(spark, settings, self.ledger)
+        self.validator = Validate(spark, settings, self.ledger, implementation)
         self.rollbacks = Rollback(spark, self.ledger, self.write_report)
-        self.publisher = Publish(spark, settings, self.ledger, self.rollbacks, self.cancelled)
+        self.publisher = Publish(spark, settings, self.ledger, self.rollbacks, implementation, self.cancelled)
         self.leases = Leases(settings, self.ledger, console)
-        self.releaser = Release(spark, self.ledger, self.rollbacks, self._mart_plan, lambda child: self.run(child))
+        self.releaser = Release(spark, self.ledger, self.rollbacks, self._mart_plan, lambda child: self.run(child),
+                                implementation)
 
     def cancel(self) -> None:
         """Ask the run to stop: batches in flight finish, no new batch starts, the run ends ``cancelled``."""
@@ -167,7 +168,7 @@ class Runner:
         """``plan`` with the staging mode this run uses (:func:`~backfill_lib.core.staging_mode.staging_mode`),
         recorded with its plan; a fall-back from the asked ``pinned`` is said in one line."""
         choice = staging_mode(plan.request.staging or self.settings.staging, until=until,
-                              can_pin=strategy_for(plan.strategy).can_pin,
+                              can_pin=implementation(plan).can_pin,
                               reads_staged_batches=plan.request.depends_on_past, session_pins=log_reader(self.spark).pins_session)
         if choice.fallback:
             self.console.print(f"{plan.target_table}: {choice.fallback}", highlight=False)
@@ -269,15 +270,16 @@ class Runner:
         # after the plan are written behind), so publishing first looks for this run's commit.
         resumed = record["status"] != "planned"
         check_protected(self.settings.protected_tables, published_tables(plan), plan.approved_by)
-        casts = check_source_schema(self.spark, plan)
-        if strategy_for(plan.strategy).whole_table:
+        casts = check_source_schema(self.spark, plan, implementation)
+        if implementation(plan).whole_table:
             reporter.stage(f"schema changes: {changes_line(plan.schema_changes, plan.request.schema_changes == 'allow')}")
         if record["status"] in ("validated", "publishing") and plan.staging_mode == PINNED:
             if committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish",
                                  plan.target_version) is not None:
                 # its rows did not outlive the process that pinned them: computed again (the sources at their
                 # pinned versions) for the post-publish check of the commit the publish finds
-                staged = stage(self.spark, self.settings, self.ledger, self.cancelled, plan, casts, reporter, True)
+                staged = stage(self.spark, self.settings, self.ledger, self.cancelled, plan, casts, reporter, True,
+                               implementation)
                 return self._publish(staged, None, record, reporter, resumed=True)
             # no commit: staged, validated and published again, as a new run would be
         elif record["status"] in ("validated", "publishing"):
@@ -287,17 +289,17 @@ class Runner:
             return self._publish(staged, None, record, reporter, resumed=True)
         suite = load_suite(plan.request.expectations) if plan.request.expectations else None
         for i in range(len(plan.request.marts)):  # intake of every mart before anything is written
-            check_source_schema(self.spark, self._mart_plan(plan, i))
+            check_source_schema(self.spark, self._mart_plan(plan, i), implementation)
         record = self.ledger.record_run(record, "staging")
         rules = len(plan.request.reconciliation) + len(plan.request.metric_rules)
         with ThreadPoolExecutor(max(1, rules), thread_name_prefix=f"{plan.run_id}-source") as early:
             sources = self.validator.read_sources(plan, early)  # the rules' source sides, read while staging runs
-            if strategy_for(plan.strategy).stages_in_write_zone and plan.write_time_zone != plan.session_time_zone:
+            if implementation(plan).stages_in_write_zone and plan.write_time_zone != plan.session_time_zone:
                 # Staging in the write zone is seen by every thread of the session: the rules' sources are read
                 # in the run's zone first.
                 wait([f for side in sources.values() for f in side])
             staged = stage(self.spark, self.settings, self.ledger, self.cancelled, plan, casts, reporter, resumed,
-                           ready)
+                           implementation, ready)
             ready()  # resolved already when a batch wrote; this guards a plan with no batch to write
             record = self.ledger.record_run(record, "staged")
             self._stop_if_cancelled(plan, "after staging")
@@ -307,7 +309,7 @@ class Runner:
         crash_point("after_validate")
         self.validator.gate(plan, record, validated)
         outcome = lambda rec: RunOutcome(rec, staged.rows, validated.checks, diff_rows(validated.diffs))  # noqa: E731
-        if nothing_changes(staged, validated):
+        if nothing_changes(staged, validated, implementation):
             self.ledger.record_partitions(plan.run_id, [{"partition": p.key, "status": "unchanged",
                                                          "rows": staged.rows.get(p.key)} for p in plan.partitions])
             record = self.ledger.record_run(record, "unchanged", message="staged rows equal the target's; no commit")

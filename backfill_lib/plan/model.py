@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Any, Callable
 from datetime import date, datetime
 
 from backfill_lib.core.errors import PartitionError
@@ -76,6 +77,13 @@ class SourceVersion:
     table: str
     version: int
     location: str = ""
+
+
+#: How a stage asks for the implementation of a plan's strategy (a
+#: :class:`~backfill_lib.strategies.base.StrategyImpl`, for the plan's strategy and publish mode): the runner, the
+#: one module above the stages that imports the implementations, hands :func:`backfill_lib.strategies.implementation`
+#: to each stage, so the stages import no strategy.
+Implementation = Callable[["BackfillPlan"], Any]
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,10 @@ from backfill_lib.core.errors import PublishError, RolledBackError, failure_mess
 from backfill_lib.core.faults import monitor_failure
 from backfill_lib.core.progress import Reporter
 from backfill_lib.intake.request import mart_order
-from backfill_lib.plan.model import BackfillPlan, Batch
+from backfill_lib.plan.model import BackfillPlan, Batch, Implementation
 from backfill_lib.publish.results import RunResult
 from backfill_lib.publish.rollback import Rollback
 from backfill_lib.ledger import Ledger
-from backfill_lib.strategies import strategy_for
 from backfill_lib.validate.suites import SuiteRunner, load_suite, suite_parameters
 
 
@@ -31,8 +30,10 @@ class Release:
     ``run_child(plan)`` runs one to its end."""
 
     def __init__(self, spark: SparkSession, ledger: Ledger, rollback: Rollback,
-                 mart_plan: Callable[[BackfillPlan, int], BackfillPlan], run_child: Callable[[BackfillPlan], RunResult]):
+                 mart_plan: Callable[[BackfillPlan, int], BackfillPlan], run_child: Callable[[BackfillPlan], RunResult],
+                 implementation: Implementation):
         self.spark = spark
+        self.implementation = implementation
         self.ledger = ledger
         self.rollback = rollback
         self.mart_plan = mart_plan
@@ -55,7 +56,7 @@ class Release:
             for mart in mart_order(plan.request.marts):
                 reporter.stage(f"mart {mart.table}: recomputing the partitions that cover the range")
                 results.append(self.run_child(self.mart_plan(plan, order[mart.table])))
-            monitored = monitor(self.spark, plan, results, post)
+            monitored = monitor(self.spark, plan, results, post, self.implementation)
             self.ledger.record_checks(plan.run_id, monitored)
             failed = [c for c in monitored if not c.success]
             if failed:
@@ -66,7 +67,8 @@ class Release:
         return tuple(results), tuple(monitored)
 
 
-def monitor(spark: SparkSession, plan: BackfillPlan, marts: list[RunResult], post: tuple[Check, ...]) -> list[Check]:
+def monitor(spark: SparkSession, plan: BackfillPlan, marts: list[RunResult], post: tuple[Check, ...],
+            implementation: Implementation) -> list[Check]:
     """After everything published: every published table's suite holds on its published range (plus any
     failure injected by ``BACKFILL_FAIL_MONITOR``).
 
@@ -83,7 +85,7 @@ def monitor(spark: SparkSession, plan: BackfillPlan, marts: list[RunResult], pos
             checks.append(Check("monitor", "injected_failure", False, None, None, message=f"{p.target_table}: {injected}"))
         if not p.request.expectations:
             continue
-        if strategy_for(p.strategy).replaces_partitions and verified and all(c.success for c in verified):
+        if implementation(p).replaces_partitions and verified and all(c.success for c in verified):
             checks.append(Check("monitor", f"{p.target_table}: suite {Path(p.request.expectations).name}", True,
                                 message="published rows equal the validated staged rows (post-publish row counts "
                                         "and checksums), on which the suite passed"))

@@ -28,14 +28,13 @@ from backfill_lib.core.faults import crash_point
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.retry import with_conflict_retry
 from backfill_lib.core.settings import Settings
-from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.plan.model import BackfillPlan, Implementation
 from backfill_lib.plan.source_pins import describe_pins, source_changes
 from backfill_lib.publish.commit import committed_version
 from backfill_lib.publish.release import check_protected, check_rollback_ready, rollback_until
 from backfill_lib.publish.rollback import Rollback
 from backfill_lib.ledger import Ledger
 from backfill_lib.run.stage import Staged
-from backfill_lib.strategies import strategy_for
 from backfill_lib.validate.diff import diff_rows
 from backfill_lib.validate.stage import Validated
 
@@ -62,8 +61,10 @@ class Publish:
     through ``rollback``."""
 
     def __init__(self, spark: SparkSession, settings: Settings, ledger: Ledger, rollback: Rollback,
-                 cancelled: threading.Event | None = None):
+                 implementation: Implementation, cancelled: threading.Event | None = None):
+        """``implementation`` gives a plan's strategy, which writes the commit and checks it."""
         self.spark = spark
+        self.implementation = implementation
         self.settings = settings
         self.ledger = ledger
         self.rollback = rollback
@@ -91,7 +92,7 @@ class Publish:
             When the post-publish check failed; the target was restored.
         """
         plan = staged.plan
-        strategy = strategy_for(plan.strategy, plan.request.publish_mode)
+        strategy = self.implementation(plan)
         checks = list(validated.checks) if validated else list(self.ledger.recorded_checks(plan.run_id))
         try:
             version, wrote = None, None

@@ -23,12 +23,11 @@ from backfill_lib.core.progress import Reporter
 from backfill_lib.core.retry import with_conflict_retry
 from backfill_lib.core.settings import Settings
 from backfill_lib.intake.schema_guard import ColumnCast
-from backfill_lib.plan.model import BackfillPlan, Batch
+from backfill_lib.plan.model import BackfillPlan, Batch, Implementation
 from backfill_lib.plan.source_query import source_frame
 from backfill_lib.ledger import LINGER_SECONDS, Ledger
 from backfill_lib.run.past import past_source_frame
 from backfill_lib.run.staging import StagingTable, aligned, open_staging_table
-from backfill_lib.strategies import strategy_for
 
 
 def _utc() -> datetime:
@@ -45,14 +44,16 @@ class BatchStager:
     batches."""
 
     def __init__(self, spark: SparkSession, settings: Settings, ledger: Ledger, cancelled: threading.Event,
-                 ready: Callable[[], None] = lambda: None):
-        """``ready`` is called before each batch writes its first row (after its source is read and its rows
-        counted) and raises to stop the run before anything is written: the runner's lease confirmation."""
+                 implementation: Implementation, ready: Callable[[], None] = lambda: None):
+        """``implementation`` gives the plan's strategy, which stages each batch. ``ready`` is called before each
+        batch writes its first row (after its source is read and its rows counted) and raises to stop the run
+        before anything is written: the runner's lease confirmation."""
         self.spark = spark
         self.settings = settings
         self.ledger = ledger
         self.cancelled = cancelled
         self.ready = ready
+        self.implementation = implementation
 
     def stage(self, plan: BackfillPlan, casts: tuple[ColumnCast, ...], reporter: Reporter,
               done: dict[str, int]) -> dict[str, int]:
@@ -131,7 +132,7 @@ class BatchStager:
             sc = self.spark.sparkContext
             sc.setLocalProperty("spark.scheduler.pool", POOL)
             sc.setJobGroup(f"{plan.run_id}-batch-{batch.index}", f"{plan.run_id} {batch_label(plan, batch)}")
-        strategy = strategy_for(plan.strategy)
+        strategy = self.implementation(plan)
         started = _utc()
         self._record(plan, batch, "staging", attempt=1, started_at=started)
         bounds = (batch.start, batch.end) if plan.request.range else (None, None)

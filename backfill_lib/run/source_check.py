@@ -8,12 +8,11 @@ from backfill_lib.adapters.generated import with_generated
 from backfill_lib.core.table_state import Column
 from backfill_lib.intake.rule_checks import check_rules
 from backfill_lib.intake.schema_guard import ColumnCast
-from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.plan.model import BackfillPlan, Implementation
 from backfill_lib.plan.source_query import source_frame
-from backfill_lib.strategies import strategy_for
 
 
-def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[ColumnCast, ...]:
+def check_source_schema(spark: SparkSession, plan: BackfillPlan, implementation: Implementation) -> tuple[ColumnCast, ...]:
     """Intake against the live source: analyse the source SQL at the plan's pinned versions (no data read),
     check every rule's tables, columns and expressions (:func:`~backfill_lib.intake.rule_checks.check_rules`),
     and return how the source's columns are cast to the target's (asked of the strategy:
@@ -30,4 +29,4 @@ def check_source_schema(spark: SparkSession, plan: BackfillPlan) -> tuple[Column
     # the rules read the rows as staged: a generated column the source omits computed
     check_rules(spark, plan.request, plan.request_path, with_generated(frame, plan.target_generated))
     columns = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in frame.schema.fields)
-    return strategy_for(plan.strategy, plan.request.publish_mode).align_source(plan, columns, str(plan.request.source.sql))
+    return implementation(plan).align_source(plan, columns, str(plan.request.source.sql))

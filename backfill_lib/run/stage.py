@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
 from backfill_lib.intake.schema_guard import ColumnCast
-from backfill_lib.plan.model import BackfillPlan
+from backfill_lib.plan.model import BackfillPlan, Implementation
 from backfill_lib.core.staging_mode import PINNED
 from backfill_lib.run.batch_stager import BatchStager
 from backfill_lib.ledger import Ledger
@@ -28,7 +28,7 @@ class Staged:
 
 
 def stage(spark: SparkSession, settings: Settings, ledger: Ledger, cancelled: threading.Event, plan: BackfillPlan,
-          casts: tuple[ColumnCast, ...], reporter: Reporter, resumed: bool,
+          casts: tuple[ColumnCast, ...], reporter: Reporter, resumed: bool, implementation: Implementation,
           ready: Callable[[], None] = lambda: None) -> Staged:
     """Stage ``plan``'s batches (a ``resumed`` durable run skips the partitions the ledger has as staged; a pinned
     run stages them all again); each batch
@@ -43,5 +43,5 @@ def stage(spark: SparkSession, settings: Settings, ledger: Ledger, cancelled: th
     """
     # a fresh run staged nothing yet; a pinned run's staged rows did not outlive the process that pinned them
     done = ledger.staged_rows(plan.run_id) if resumed and plan.staging_mode != PINNED else {}
-    rows = BatchStager(spark, settings, ledger, cancelled, ready).stage(plan, casts, reporter, done)
+    rows = BatchStager(spark, settings, ledger, cancelled, implementation, ready).stage(plan, casts, reporter, done)
     return Staged(plan, casts, rows)

@@ -16,7 +16,7 @@ from functools import cache
 from backfill_lib.intake.request import PublishMode, Strategy
 from backfill_lib.strategies.kinds import StrategyKind, kind_for
 
-__all__ = ["StrategyKind", "kind_for", "strategy_for"]
+__all__ = ["StrategyKind", "implementation", "kind_for", "strategy_for"]
 
 
 @cache
@@ -43,3 +43,9 @@ def strategy_for(strategy: Strategy, publish_mode: PublishMode = PublishMode.REP
     post-publish check and the Change Data Feed figure differ."""
     found = _implementations()
     return found.get((strategy, publish_mode)) or found[(strategy, PublishMode.REPLACE)]
+
+
+def implementation(plan):
+    """The implementation of ``plan``'s strategy in its request's publish mode: what the runner hands the stages
+    (:data:`backfill_lib.plan.model.Implementation`)."""
+    return strategy_for(plan.strategy, plan.request.publish_mode)

@@ -4,7 +4,7 @@ Delta log says, without reading the published data back or replaying the log.
 Three facts show that the published range holds exactly the staged rows:
 
 - the rows that went into the write, observed on their way in (Spark's ``Observation``: their count and the
-  sum of the row hash over every column, as :func:`~backfill_lib.strategies.base.partition_fingerprints`
+  sum of the row hash over every column, as :func:`~backfill_lib.validate.fingerprints.partition_fingerprints`
   computes them), equal the staged rows' totals;
 - per planned partition, the files the commit added hold the staged number of rows (their ``numRecords``
   statistics);
@@ -82,7 +82,7 @@ def written(observation: Observation) -> Written | None:
 def verify_commit(spark: SparkSession, plan: BackfillPlan, version: int, staged: dict[str, tuple[int, object]],
                   wrote: Written) -> list[Check] | None:
     """The post-publish checks of ``version`` (the run's replaceWhere commit) from ``wrote`` and the commit's
-    actions in the Delta log, against ``staged`` (:func:`~backfill_lib.strategies.base.partition_fingerprints`
+    actions in the Delta log, against ``staged`` (:func:`~backfill_lib.validate.fingerprints.partition_fingerprints`
     of the staged range) and the plan's file sets: one check of the written rows' count and checksum, and one per
     planned partition of its rows and replaced files.
 

@@ -22,13 +22,12 @@ from backfill_lib.core.errors import GateFailedError, KeysOutsideRangeError
 from backfill_lib.core.partitions import key_order, quote_ident, range_predicate
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
-from backfill_lib.plan.model import BackfillPlan, Batch
+from backfill_lib.plan.model import BackfillPlan, Batch, Implementation
+from backfill_lib.validate.fingerprints import fingerprint_aggregates, fingerprints_of
 from backfill_lib.plan.source_pins import read_table
 from backfill_lib.ledger import Ledger
 from backfill_lib.run.stage import Staged
 from backfill_lib.run.staging import pinned, staged_rows
-from backfill_lib.strategies import strategy_for
-from backfill_lib.strategies.base import fingerprint_aggregates, fingerprints_of
 from backfill_lib.validate.constraints import applicable, constraint_checks
 from backfill_lib.validate.diff import BROADCAST_KEYS, diff_by_key
 from backfill_lib.validate.diff import evaluate as evaluate_diff
@@ -69,12 +68,13 @@ def validation_scope(plan: BackfillPlan) -> tuple[Batch, bool]:
 
 class Validate:
     """Validates staged runs on one session, recording diffs in ``ledger``; GX results go under the settings'
-    ``runs_dir``."""
+    ``runs_dir``; ``implementation`` gives a plan's strategy (what it replaces, which rows its diff compares)."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, ledger: Ledger):
+    def __init__(self, spark: SparkSession, settings: Settings, ledger: Ledger, implementation: Implementation):
         self.spark = spark
         self.settings = settings
         self.ledger = ledger
+        self.implementation = implementation
 
     def read_sources(self, plan: BackfillPlan, pool: ThreadPoolExecutor) -> SourceSides:
         """Start reading the source side of every reconciliation rule and metric rule over the whole range.
@@ -112,7 +112,7 @@ class Validate:
         finally:
             if cached:
                 rows.unpersist()
-        impl = strategy_for(plan.strategy, plan.request.publish_mode)
+        impl = self.implementation(plan)
         if impl.replaces_partitions:
             checks += target_duplicate_checks(diffs, staged.rows, replaces=impl.removes_repeated_keys)
         return Validated(tuple(self._gate_row_counts(plan, staged.rows) + checks), tuple(diffs), fingerprints,
@@ -124,7 +124,7 @@ class Validate:
         # ranges each is mostly fixed Spark latency, which overlaps; one waiting for a thread would only add its own.
         # + 4: diff (and keys outside the range), checksums, keys, constraints
         audit_count = bool(runner) + len(plan.request.reconciliation) + len(plan.request.metric_rules) + 4
-        replaces = strategy_for(plan.strategy).replaces_partitions
+        replaces = self.implementation(plan).replaces_partitions
         # Every per-partition aggregate of the staged rows (checksums, the rules' staged metrics) in one Spark
         # job: registered here, before any audit thread reads them back (the first to read runs the job).
         shared = SharedPass(staged, plan.partition_keys)
@@ -171,7 +171,7 @@ class Validate:
         return checks, list(diffs.values()), fingerprints, outside
 
     def _gate_row_counts(self, plan: BackfillPlan, rows: dict[str, int]) -> list[Check]:
-        if not strategy_for(plan.strategy).replaces_partitions:
+        if not self.implementation(plan).replaces_partitions:
             return []
         current = {p.key: p.current.rows for p in plan.partitions}
         return row_count_checks(current, rows, plan.request.gates)
@@ -243,7 +243,7 @@ class Validate:
         current = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
         if not whole:
             current = current.where(plan.predicate())
-        current = strategy_for(plan.strategy).diff_scope(plan, current, staged)
+        current = self.implementation(plan).diff_scope(plan, current, staged)
         shared = [c for c in current.columns if c in staged.columns]
         if any(k not in shared for k in plan.request.keys):
             return {}, None  # a rebuild that renamed a key: nothing to compare by key
@@ -294,13 +294,13 @@ class Validate:
         )
 
 
-def nothing_changes(staged: Staged, validated: Validated) -> bool:
+def nothing_changes(staged: Staged, validated: Validated, implementation: Implementation) -> bool:
     """True when publishing would rewrite rows identical to the target's: every planned partition's diff has no
     insert, delete or update and as many unchanged rows as were staged (more: the target repeats keys), or the
     partition is empty on both sides, and the strategy does not always publish
     (:meth:`~backfill_lib.strategies.base.StrategyImpl.always_publishes`: a rebuild, a run that adds a column)."""
     plan = staged.plan
-    if strategy_for(plan.strategy).always_publishes(staged.casts):
+    if implementation(plan).always_publishes(staged.casts):
         return False
     by_key = {d.partition: d for d in validated.diffs}
     for p in plan.partitions:

@@ -48,12 +48,12 @@ def test_a_resume_that_lost_the_publishing_event_finds_its_commit_instead_of_com
     # The publishing event is written behind the commit, so a crash can leave the ledger at "validated" with the
     # commit made: the resumed run must find that commit, neither refusing at the fence nor committing twice.
     from backfill_lib.runner import check_source_schema
-    from backfill_lib.strategies import strategy_for
+    from backfill_lib.strategies import implementation
 
     make_events(spark, db, SOURCE)
     plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D8, end=D10), run_id="lost_event_1")
     assert make_runner().run(plan, state, until="validate").status == "validated"
-    strategy_for(plan.strategy).publish(spark, plan, check_source_schema(spark, plan))  # committed, not recorded
+    implementation(plan).publish(spark, plan, check_source_schema(spark, plan, implementation))  # committed, not recorded
     assert current_version(spark, f"{db}.events") == 1
 
     resumed = make_runner().resume("lost_event_1")

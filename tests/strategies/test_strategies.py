@@ -12,7 +12,8 @@ from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import GateFailedError, SchemaMismatchError
 from backfill_lib.runner import prepare
 from backfill_lib.strategies import strategy_for
-from backfill_lib.strategies.base import staged_fingerprints, verify_partitions
+from backfill_lib.strategies.base import verify_partitions
+from backfill_lib.validate.fingerprints import staged_fingerprints
 from backfill_lib.strategies.commit_check import Written, verify_commit
 from tests.conftest import quiet_runner, write_request
 

@@ -6,7 +6,7 @@ from pyspark.sql.types import DateType, DecimalType, IntegerType, StructField, S
 
 from backfill_lib.core.partition_keys import keys_of
 from backfill_lib.intake.rules import MetricSpec
-from backfill_lib.strategies.base import fingerprint_aggregates, fingerprints_of, partition_fingerprints
+from backfill_lib.validate.fingerprints import fingerprint_aggregates, fingerprints_of, partition_fingerprints
 from backfill_lib.validate.metrics import profile, profile_aggregates, profile_of
 from backfill_lib.validate.reconcile import metric_per_partition
 from backfill_lib.validate.shared_pass import SharedPass
