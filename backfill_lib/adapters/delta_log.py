@@ -8,6 +8,7 @@ scanned. Nothing here writes.
 from __future__ import annotations
 
 import json
+import re
 from datetime import date, datetime, timedelta, timezone
 
 from pyspark.errors import AnalysisException
@@ -34,9 +35,12 @@ from backfill_lib.core.table_state import (
     TableState,
     column_mapping_mode,
     constraints_of,
+    WriteBlocker,
     generated_columns_of,
-    write_blockers_of,
     identity_columns_of,
+    uniform_blockers,
+    unsupported_feature_blockers,
+    write_blockers_of,
 )
 
 
@@ -51,7 +55,11 @@ def table_exists(spark: SparkSession, name: str) -> bool:
     """
     path = table_path(name)
     if path is None:
-        return spark.catalog.tableExists(name)
+        try:
+            return spark.catalog.tableExists(name)
+        except Exception as exc:  # Delta loads the table's log to answer, and refuses one it cannot read
+            _refuse_unreadable(name, exc)
+            raise
     if is_connect(spark):  # no JVM for DeltaTable.isDeltaTable: Delta's DESCRIBE DETAIL names the format
         try:
             return spark.sql(f"DESCRIBE DETAIL {name}").first()["format"] == "delta"
@@ -62,7 +70,25 @@ def table_exists(spark: SparkSession, name: str) -> bool:
     try:
         return bool(DeltaTable.isDeltaTable(spark, path))
     except Exception as exc:  # no credentials for the bucket, an unknown scheme
+        _refuse_unreadable(name, exc)
         raise IntakeError(f"table {name}: path {path} cannot be read: {first_line(exc)}") from None
+
+
+#: How Delta 4.4 ends the message of ``DELTA_UNSUPPORTED_FEATURES_FOR_READ``: ``... unsupported by Delta Lake
+#: "4.4.0": f1, f2.``
+_UNSUPPORTED_READ = re.compile(r'DELTA_UNSUPPORTED_FEATURES_FOR_READ\].*unsupported by Delta Lake "([^"]*)": ([^\n]*)')
+
+
+def _refuse_unreadable(name: str, exc: BaseException) -> None:
+    """Raise :class:`IntakeError` naming table ``name`` and the reader features when ``exc`` is Delta's refusal to
+    read a table that requires reader features it does not support; return otherwise."""
+    found = _UNSUPPORTED_READ.search(str(exc))
+    if found:
+        features = [f.strip() for f in found.group(2).strip().rstrip(".").split(",") if f.strip()]
+        blocker = unsupported_feature_blockers(features, (), f"Delta Lake {found.group(1)} of this session",
+                                               reader=True)
+        if blocker:
+            raise IntakeError(blocker[0].message(f"table {name}", name)) from None
 
 
 def missing_table_message(name: str) -> str:
@@ -289,7 +315,7 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
                       change_data_feed=change_data_feed, constraints=constraints_of(properties, columns),
                       column_mapping=column_mapping_mode(properties), clustering_columns=clustering,
                       files=files, generated=snapshot_generated_columns(snapshot),
-                      write_blockers=write_blockers_of(properties),
+                      write_blockers=live_write_blockers(spark, snapshot, properties),
                       identity=snapshot_identity_columns(snapshot))
 
 
@@ -419,6 +445,55 @@ def snapshot_identity_columns(snapshot) -> tuple[IdentityColumn, ...]:
     fields = json.loads(schema_string)["fields"]
     types = {f.name: f.dataType.simpleString() for f in StructType.fromJson({"type": "struct", "fields": fields}).fields}
     return identity_columns_of((f["name"], types[f["name"]], f.get("metadata")) for f in fields)
+
+
+def live_write_blockers(spark: SparkSession, snapshot, properties: dict[str, str]) -> tuple[WriteBlocker, ...]:
+    """What Delta table ``snapshot`` (with table ``properties``) has under which this session's Delta refuses
+    the commit publishing a backfill: writer features it does not support (from the snapshot's protocol and
+    Delta's own list of the features it supports), UniForm formats whose converter is not on the classpath, and
+    ``delta.appendOnly`` (:func:`~backfill_lib.core.table_state.write_blockers_of`). Under Spark Connect (no
+    JVM here to ask) only the properties: Delta names the rest when it refuses the commit."""
+    found: list[WriteBlocker] = []
+    if not isinstance(snapshot, ConnectSnapshot) and not is_connect(spark):
+        jvm = spark.sparkContext._jvm
+        try:
+            features = snapshot.protocol().writerFeatureNames().toSeq()
+            supported = jvm.org.apache.spark.sql.delta.TableFeature.allSupportedFeaturesMap().keySet().toSeq()
+            names = [features.apply(i) for i in range(features.size())]
+            known = [supported.apply(i) for i in range(supported.size())]
+            found += unsupported_feature_blockers(names, known, _delta_release(jvm))
+        except Exception:  # Delta's internal API changed shape: Delta names an unsupported feature at commit
+            pass
+        found += uniform_blockers(properties, lambda cls: _loadable(jvm, cls))
+    return (*found, *write_blockers_of(properties))
+
+
+def live_table_blockers(spark: SparkSession, name: str) -> tuple[WriteBlocker, ...]:
+    """:func:`live_write_blockers` of Delta table ``name`` as of its latest commit (its properties only when
+    Delta's internal API changed shape)."""
+    try:
+        snapshot = latest_snapshot(spark, name)
+        properties, _ = _snapshot_metadata(snapshot)
+    except Exception:
+        return write_blockers_of(live_metadata(spark, name)[0])
+    return live_write_blockers(spark, snapshot, properties)
+
+
+def _delta_release(jvm) -> str:
+    """``Delta Lake 4.4.0 of this session``, or ``the Delta Lake of this session`` when its JVM does not say."""
+    try:
+        return f"Delta Lake {jvm.io.delta.package.VERSION()} of this session"
+    except Exception:
+        return "the Delta Lake of this session"
+
+
+def _loadable(jvm, cls: str) -> bool:
+    """Whether the session's JVM can load class ``cls`` (as Delta looks for a UniForm converter); ``True`` when
+    it cannot be asked (Delta then decides)."""
+    try:
+        return bool(jvm.org.apache.spark.util.Utils.classIsLoadable(cls))
+    except Exception:
+        return True
 
 
 def live_generated_columns(spark: SparkSession, name: str) -> tuple[GeneratedColumn, ...]:

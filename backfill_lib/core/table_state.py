@@ -150,8 +150,9 @@ class TableState:
     statistics), from which the plan takes its cost (:mod:`backfill_lib.core.file_ranges`); ``partitions`` is
     then empty.
 
-    ``write_blockers`` are the table's properties under which Delta refuses the commit every backfill publishes
-    with (:func:`write_blockers_of`), as ``key = value``.
+    ``write_blockers`` are what the table has under which Delta refuses the commit every backfill publishes with:
+    properties (:func:`write_blockers_of`, :func:`uniform_blockers`) and writer features this Delta does not
+    support (:func:`unsupported_feature_blockers`).
     """
 
     name: str
@@ -166,23 +167,90 @@ class TableState:
     clustering_columns: tuple[str, ...] = ()
     files: "tuple[FileRange, ...] | None" = None
     generated: tuple[GeneratedColumn, ...] = ()
-    write_blockers: tuple[str, ...] = ()
+    write_blockers: "tuple[WriteBlocker, ...]" = ()
     identity: tuple[IdentityColumn, ...] = ()
 
     def column(self, name: str) -> Column | None:
         return next((c for c in self.columns if c.name == name), None)
 
 
-def write_blockers_of(properties: dict[str, str]) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class WriteBlocker:
+    """Something a table has under which Delta refuses the commit that publishes a backfill: ``what`` it is
+    (``table property delta.appendOnly = true``, ``writer table feature F``), ``why`` Delta refuses, and ``fix``,
+    what the user can do (``{name}`` stands for the table's name). :meth:`message` is the intake refusal."""
+
+    what: str
+    why: str
+    fix: str
+
+    def message(self, where: str, name: str) -> str:
+        """``{where} has {what}: {why}; {fix}`` (``where``: ``table NAME``, or a request's field and table)."""
+        return f"{where} has {self.what}: {self.why}; {self.fix.format(name=name)}"
+
+
+#: Delta refuses a commit that removes rows of an append-only table: every publishing commit does.
+APPEND_ONLY_WHY = ("Delta refuses a commit that removes or rewrites rows, as publishing a backfill does (a "
+                   "replaceWhere, MERGE or CREATE OR REPLACE)")
+
+#: UniForm formats (``delta.universalFormat.enabledFormats``) and the class of Delta's converter each needs on the
+#: classpath: without it Delta refuses every commit to the table (``DELTA_MISSING_ICEBERG_CLASS``, Delta 4.4).
+UNIFORM_CONVERTERS = {"iceberg": ("org.apache.spark.sql.delta.icebergShaded.IcebergConverter", "delta-iceberg"),
+                      "hudi": ("org.apache.spark.sql.delta.hudi.HudiConverter", "delta-hudi")}
+
+
+def write_blockers_of(properties: dict[str, str]) -> tuple[WriteBlocker, ...]:
     """The table properties among ``properties`` under which Delta refuses a commit that removes or rewrites rows
-    (a ``replaceWhere`` overwrite, a MERGE that updates or deletes, a ``CREATE OR REPLACE``), as
-    ``"delta.appendOnly = true"``: ``delta.appendOnly`` set to true (Delta protocol, "Append-only Tables"; keys and
-    values compared case-insensitively). Pure."""
+    (a ``replaceWhere`` overwrite, a MERGE that updates or deletes, a ``CREATE OR REPLACE``):
+    ``delta.appendOnly`` set to true (Delta protocol, "Append-only Tables"; keys and values compared
+    case-insensitively; Delta 4.4 refuses even a ``replaceWhere`` of partitions that hold no rows). Pure."""
     blockers = []
     for key, value in sorted((properties or {}).items()):
         if key.lower() == "delta.appendonly" and str(value).strip().lower() == "true":
-            blockers.append(f"{key} = {value}")
+            blockers.append(WriteBlocker(
+                f"table property {key} = {value}", APPEND_ONLY_WHY,
+                f"unset it first (ALTER TABLE {{name}} UNSET TBLPROPERTIES ('{key}')) or backfill another table"))
     return tuple(blockers)
+
+
+def unsupported_feature_blockers(features, supported, delta: str = "the Delta Lake of this session",
+                                 reader: bool = False) -> tuple[WriteBlocker, ...]:
+    """The table's writer ``features`` (its protocol's ``writerFeatures``, reader-writer ones included; with
+    ``reader``, its ``readerFeatures``) that ``supported`` (the names of the features ``delta``, the session's Delta
+    Lake, knows; compared case-insensitively, as Delta does) lacks: Delta refuses every commit to such a table
+    (``DELTA_UNSUPPORTED_FEATURES_FOR_WRITE``; for a reader feature every read too). Pure."""
+    known = {str(f).lower() for f in supported}
+    missing = sorted(str(f) for f in features if str(f).lower() not in known)
+    if not missing:
+        return ()
+    plural = "s" if len(missing) > 1 else ""
+    kind = "reader" if reader else "writer"
+    refuses = "to read or write" if reader else "any commit to"
+    return (WriteBlocker(
+        f"{kind} table feature{plural} {', '.join(missing)}",
+        f"{delta} does not support {'them' if plural else 'it'}, and Delta refuses {refuses} a table that requires "
+        f"a {kind} feature it does not support" + ("" if reader else " (publishing a backfill is one commit)"),
+        f"run the backfill with a Delta Lake release that supports {'them' if plural else 'it'}, or backfill "
+        "another table"),)
+
+
+def uniform_blockers(properties: dict[str, str], loadable) -> tuple[WriteBlocker, ...]:
+    """The UniForm formats ``properties`` enable (``delta.universalFormat.enabledFormats``, comma-separated)
+    whose converter class is not ``loadable`` (a callable taking a class name): Delta refuses every commit to
+    such a table when it cannot convert it (:data:`UNIFORM_CONVERTERS`). Pure."""
+    found = []
+    for key, value in sorted((properties or {}).items()):
+        if key.lower() != "delta.universalformat.enabledformats":
+            continue
+        for fmt in (part.strip().lower() for part in str(value).split(",")):
+            if fmt in UNIFORM_CONVERTERS and not loadable(UNIFORM_CONVERTERS[fmt][0]):
+                cls, package = UNIFORM_CONVERTERS[fmt]
+                found.append(WriteBlocker(
+                    f"table property {key} = {value}",
+                    f"Delta refuses every commit to a UniForm {fmt} table unless it can convert it, and this "
+                    f"session's classpath lacks Delta's {fmt} converter ({cls}, from the {package} package)",
+                    f"run the backfill in a session with {package} installed, or backfill another table"))
+    return tuple(found)
 
 
 def column_mapping_mode(properties: dict[str, str]) -> str:

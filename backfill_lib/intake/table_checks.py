@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partitions import RowFilter
-from backfill_lib.core.table_state import Column, TableState
+from backfill_lib.core.table_state import Column, TableState, WriteBlocker
 from backfill_lib.intake.request import BackfillRequest
 
 
@@ -67,15 +67,13 @@ def check_identity_columns(request: BackfillRequest, state: TableState) -> None:
                 "table's range")
 
 
-def check_writable(where: str, name: str, blockers: Sequence[str]) -> None:
+def check_writable(where: str, name: str, blockers: Sequence[WriteBlocker]) -> None:
     """Raise :class:`IntakeError` starting with ``where`` (``table NAME``, or ``FILE: field 'marts.N.table': table
-    NAME``) when ``blockers`` (:func:`~backfill_lib.core.table_state.write_blockers_of` of table ``name``) holds a
-    property under which Delta would refuse the commit that publishes the backfill, naming the property."""
+    NAME``) when ``blockers`` (what table ``name`` has under which Delta would refuse the commit that publishes the
+    backfill: :attr:`~backfill_lib.core.table_state.TableState.write_blockers`) holds one, naming the property or
+    feature, why Delta refuses and what to do."""
     if blockers:
-        raise IntakeError(
-            f"{where} has table property {blockers[0]}: Delta refuses a commit that removes or rewrites rows, as "
-            "publishing a backfill does (a replaceWhere, MERGE or CREATE OR REPLACE); unset it first (ALTER TABLE "
-            f"{name} UNSET TBLPROPERTIES ('{blockers[0].split(' = ')[0]}')) or backfill another table")
+        raise IntakeError(blockers[0].message(where, name))
 
 
 def range_in_data(request: BackfillRequest, state: TableState) -> bool:

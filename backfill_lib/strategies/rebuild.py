@@ -17,8 +17,11 @@ from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.strategies.commit_check import Published
 from backfill_lib.strategies.kinds import RebuildKind, layout_clause
 
-#: Table properties Delta maintains and refuses to be given (``DELTA_CANNOT_MODIFY_TABLE_PROPERTY``).
-DELTA_OWNED_PROPERTIES = ("delta.columnMapping.maxColumnId",)
+#: Table properties Delta maintains and refuses to be given: the highest column ID of a column-mapped table
+#: (``DELTA_CANNOT_MODIFY_TABLE_PROPERTY``) and the hidden columns a table with row tracking materializes its row
+#: IDs and commit versions in (``DELTA_UNKNOWN_CONFIGURATION``; Delta keeps them across the swap itself, Delta 4.4).
+DELTA_OWNED_PROPERTIES = ("delta.columnMapping.maxColumnId", "delta.rowTracking.materializedRowIdColumnName",
+                          "delta.rowTracking.materializedRowCommitVersionColumnName")
 
 
 def _literal(value: str) -> str:
@@ -73,7 +76,8 @@ class Rebuild(RebuildKind, StrategyImpl):
         """``CREATE OR REPLACE TABLE target ... AS SELECT * FROM staging`` keeping the table's properties."""
         pre = check_fence(spark, plan)
         properties = spark.sql(f"DESCRIBE DETAIL {plan.target_table}").first()["properties"] or {}
-        # Delta keeps a column-mapped table's highest column ID itself and refuses it as a user property.
+        # Delta keeps these itself (a column-mapped table's highest column ID, row tracking's hidden columns) and
+        # refuses them as user properties.
         properties = {k: v for k, v in properties.items() if k not in DELTA_OWNED_PROPERTIES}
         tblprops = ""
         if properties:
