@@ -38,6 +38,7 @@ from backfill_lib.core.table_state import (
     WriteBlocker,
     generated_columns_of,
     identity_columns_of,
+    identity_metadata_of,
     uniform_blockers,
     unsupported_feature_blockers,
     write_blockers_of,
@@ -445,6 +446,14 @@ def snapshot_identity_columns(snapshot) -> tuple[IdentityColumn, ...]:
     fields = json.loads(schema_string)["fields"]
     types = {f.name: f.dataType.simpleString() for f in StructType.fromJson({"type": "struct", "fields": fields}).fields}
     return identity_columns_of((f["name"], types[f["name"]], f.get("metadata")) for f in fields)
+
+
+def snapshot_identity_metadata(snapshot) -> dict[str, dict]:
+    """``{column: {delta.identity.* key: value}}`` of ``snapshot``'s IDENTITY columns
+    (:func:`~backfill_lib.core.table_state.identity_metadata_of`), from the Delta log's schemaString; ``{}`` under
+    Spark Connect, whose schema carries no field metadata of Delta's."""
+    schema_string = snapshot.schema_json if isinstance(snapshot, ConnectSnapshot) else snapshot.metadata().schemaString()
+    return identity_metadata_of((f["name"], f.get("metadata")) for f in json.loads(schema_string)["fields"])
 
 
 def live_write_blockers(spark: SparkSession, snapshot, properties: dict[str, str]) -> tuple[WriteBlocker, ...]:
