@@ -1,5 +1,8 @@
 """The ``backfill`` command: plan | run | resume | publish | rollback | history | report | status | demo.
 
+It parses, calls :mod:`backfill_lib.api` (the Python API's own code path) and prints what that returns
+(:mod:`backfill_lib.report.text`, or a document under ``--json``); Spark stays behind the API.
+
 One error handler: a :class:`BackfillError` prints one line (``error: ...``) on stderr and exits with its
 ``exit_code``; other exceptions print their traceback only with ``--debug`` (or ``BACKFILL_DEBUG=1``).
 
@@ -10,23 +13,21 @@ code; everything else (progress, tables, logs, the JVM's output) goes to stderr 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import sys
 import threading
 from contextlib import contextmanager, redirect_stdout
-from datetime import timezone
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from backfill_lib import api
 from backfill_lib.core.errors import MESSAGE_LIMIT, BackfillError, GateFailedError, first_line, one_line
-from backfill_lib.core.settings import Settings, load_settings
+from backfill_lib.core.settings import Settings, enter_project_dir, load_settings
+from backfill_lib.report import text
 
 app = typer.Typer(
     help="Safe backfills of Delta Lake tables: intake, plan, run, validate, publish.",
@@ -58,32 +59,8 @@ def _settings() -> Settings:
 
 
 def _spark(settings: Settings, short_lived: bool = False):
-    """The session; ``short_lived`` for the commands that only read metadata (a local JVM compiles for a fast start,
-    :data:`backfill_lib.adapters.session.SHORT_LIVED_JVM_OPTIONS`)."""
-    from backfill_lib.adapters.platform_probe import check_platform
-
-    check_platform()  # before importing pyspark: a missing or foreign PySpark is named, not a traceback
-    from backfill_lib.adapters.session import get_spark
-
-    quiet_spark_query_errors()  # here, not at start: a command refused before Spark never imports pyspark
-    return get_spark(settings, short_lived=short_lived)
-
-
-def _enter_project_dir(folder: str | None) -> None:
-    """Change the working directory to ``folder`` (None: stay).
-
-    Raises
-    ------
-    ConfigError
-        ``folder`` is not an existing directory.
-    """
-    if folder is None:
-        return
-    from backfill_lib.core.errors import ConfigError
-
-    if not os.path.isdir(folder):
-        raise ConfigError(f"--project-dir {folder}: not an existing folder")
-    os.chdir(folder)
+    """The session (:func:`backfill_lib.api.session`); its errors quiet, as each is reported once, as one line."""
+    return api.session(settings, short_lived=short_lived, quiet=True)
 
 
 @app.callback()
@@ -95,7 +72,7 @@ def _root(
         "--settings resolve against it (a Databricks wheel task or an Airflow worker starts elsewhere). "
         "Default: $BACKFILL_PROJECT_DIR, else the current folder.")] = None,
 ) -> None:
-    _enter_project_dir(project_dir or os.environ.get("BACKFILL_PROJECT_DIR"))
+    enter_project_dir(project_dir or os.environ.get("BACKFILL_PROJECT_DIR"))
     _State.settings_path = settings
     _State.debug = debug or os.environ.get("BACKFILL_DEBUG") == "1"
 
@@ -130,13 +107,10 @@ def plan(
     from backfill_lib.intake.request import load_request
 
     settings = _settings()
-    loaded = load_request(request)  # fail on a bad request before importing Spark's modules or starting Spark
-    _check_only(only, loaded, request)
+    _check_only(only, load_request(request), request)  # a bad request fails before Spark's modules are imported
     from backfill_lib.plan.explain import explain
-    from backfill_lib.plan.selection import prepare_selected
 
-    spark = _spark(settings, short_lived=True)
-    the_plan, _ = prepare_selected(spark, settings, request, only)
+    the_plan = api.plan_backfill(request, settings=settings, spark=_spark(settings, short_lived=True), only=only)
     if json_:
         from backfill_lib.report.documents import plan_document
 
@@ -147,8 +121,8 @@ def plan(
 
 @contextmanager
 def cancel_on_signals(runner, run_id: str):
-    """While running: SIGINT (Ctrl-C) or SIGTERM asks ``runner`` to stop between batches; a second signal
-    stops at once (``KeyboardInterrupt``). Previous handlers come back afterwards."""
+    """While running: SIGINT (Ctrl-C) or SIGTERM asks ``runner`` (:class:`~backfill_lib.api.Backfills`) to stop
+    between batches; a second signal stops at once (``KeyboardInterrupt``). Previous handlers come back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -202,45 +176,23 @@ def run(
     _check_until(until)
     from backfill_lib.intake.request import load_request
     from backfill_lib.plan.builder import check_run_id
-    from backfill_lib.plan.selection import prepare_selected
-    from backfill_lib.runner import Runner, prepare
 
     settings = _settings()
-    checked = load_request(request)
-    _check_only(only, checked, request)
+    _check_only(only, load_request(request), request)
     if run_id is not None:
         check_run_id(run_id)
-    spark = _spark(settings)
-    runner = Runner(spark, settings, console)
-    runner.approved_by = approve
-    runner.concurrent = concurrent
-    if after is not None:
-        runner.wait_for(after, checked.target.table)
-    the_plan, state = prepare_selected(spark, settings, request, only, run_id=run_id, prepare=prepare)
+    backfills = api.Backfills(settings, _spark(settings), console, approved_by=approve, concurrent=concurrent)
+    the_plan, state = backfills.prepare(request, run_id=run_id, after=after, only=only)
     try:
-        with cancel_on_signals(runner, the_plan.run_id):
-            result = runner.run(the_plan, state, until=until, on_durable=_announce_run_id)
+        with cancel_on_signals(backfills, the_plan.run_id):
+            result = backfills.execute(the_plan, state, until=until, on_durable=_announce_run_id)
     except GateFailedError as exc:
-        _print_failures(exc.failures)
+        text.print_failures(err_console, exc.failures)
         raise
     if json_:
-        if result.status == "nothing_selected":  # no run was recorded: the (empty) plan is the answer
-            from backfill_lib.report.documents import plan_document
-
-            _State.document = plan_document(result.plan)
-            return
-        _State.document = _run_document(runner, result.plan.run_id)
+        _State.document = backfills.document(result)
         return
-    _print_result(result)
-
-
-def _run_document(runner, run_id: str):
-    """The run's document: from the outcome its report was written from (the same as its summary.json), or from
-    the ledger when no report was written (a resumed run that had finished already)."""
-    from backfill_lib.report.run_report import ledger_outcome, outcome_document
-
-    outcome = runner.outcomes.get(run_id) or ledger_outcome(runner.ledger, run_id)
-    return outcome_document(runner.settings, outcome)
+    text.print_result(console, settings, result)
 
 
 def _announce_run_id(run_id: str) -> None:
@@ -262,53 +214,15 @@ def resume(
 ) -> None:
     """Continue a run from the ledger: skip staged partitions, redo the rest, validate, publish once."""
     _check_until(until)
-    from backfill_lib.runner import Runner
-
     settings = _settings()
-    runner = Runner(_spark(settings), settings, console)
-    runner.approved_by = approve
+    backfills = api.Backfills(settings, _spark(settings), console, approved_by=approve)
     try:
-        with cancel_on_signals(runner, run_id):
-            result = runner.resume(run_id, until=until)
+        with cancel_on_signals(backfills, run_id):
+            result = backfills.resume(run_id, until=until)
     except GateFailedError as exc:
-        _print_failures(exc.failures)
+        text.print_failures(err_console, exc.failures)
         raise
-    _print_result(result)
-
-
-def _print_result(result) -> None:
-    the_plan = result.plan
-    report_html = _settings().runs_dir / the_plan.run_id / "report.html"
-    if report_html.exists():
-        console.print(f"report: {report_html}", highlight=False)
-    staged = sum(v or 0 for v in result.rows.values())
-    if result.status == "nothing_selected":
-        from backfill_lib.plan.selection import empty_selection_message
-
-        console.print(empty_selection_message(the_plan), highlight=False)
-        return
-    if result.status == "unchanged":
-        console.print(f"run {the_plan.run_id}: the staged rows equal the target's in all {len(the_plan.partitions)} "
-                      f"partitions; nothing to publish, {the_plan.target_table} stays at version "
-                      f"{the_plan.target_version}", highlight=False)
-        return
-    if result.status == "validated":
-        console.print(f"run {the_plan.run_id}: validated {len(the_plan.partitions)} partitions ({staged:,} rows); "
-                      f"nothing published. Next: backfill publish {the_plan.run_id}", highlight=False)
-        return
-    passed = sum(c.success for c in result.checks)
-    console.print(
-        f"run {the_plan.run_id}: published {len(the_plan.partitions)} partitions ({staged:,} rows) into "
-        f"{the_plan.target_table} as version {result.published_version} (was {result.pre_publish_version}); "
-        f"{passed} of {len(result.checks)} checks passed",
-        highlight=False,
-    )
-    for mart in result.marts:
-        if mart.status == "published":
-            console.print(f"  mart {mart.plan.target_table}: {len(mart.plan.partitions)} partitions published as "
-                          f"version {mart.published_version} (was {mart.pre_publish_version})", highlight=False)
-        else:
-            console.print(f"  mart {mart.plan.target_table}: {mart.status}", highlight=False)
+    text.print_result(console, settings, result)
 
 
 @app.command()
@@ -317,12 +231,9 @@ def publish(
     approve: Annotated[Optional[str], typer.Option(help=APPROVE_HELP)] = None,
 ) -> None:
     """Publish a validated run, if its gates passed and its partitions have not changed since it was planned."""
-    from backfill_lib.runner import Runner
-
     settings = _settings()
-    runner = Runner(_spark(settings), settings, console)
-    runner.approved_by = approve
-    _print_result(runner.publish_validated(run_id))
+    text.print_result(console, settings, api.Backfills(settings, _spark(settings), console,
+                                                        approved_by=approve).publish(run_id))
 
 
 @app.command()
@@ -333,12 +244,11 @@ def rollback(
     force: Annotated[bool, typer.Option(help="Restore even when later commits touched the tables (they are undone too).")] = False,
 ) -> None:
     """Restore every table of a published run (marts newest first, then the target) to its pre-publish version."""
-    from backfill_lib.runner import Runner
-
     if not by.strip() or not reason.strip():
         raise typer.BadParameter("--by and --reason must not be blank")
     settings = _settings()
-    console.print(Runner(_spark(settings), settings, console).rollback(run_id, by.strip(), reason.strip(), force=force),
+    console.print(api.Backfills(settings, _spark(settings), console).rollback(run_id, by.strip(), reason.strip(),
+                                                                              force=force),
                   highlight=False, soft_wrap=True)
 
 
@@ -349,13 +259,11 @@ def abandon(
     reason: Annotated[str, typer.Option(help="Why (recorded in the ledger).")],
 ) -> None:
     """Give up a run that will not be resumed: record it abandoned, releasing its range for other runs."""
-    from backfill_lib.runner import Runner
-
     if not reason.strip():
         raise typer.BadParameter("--reason must not be blank")
     settings = _settings()
-    console.print(Runner(_spark(settings), settings, console).abandon(run_id, reason.strip()), highlight=False,
-                  soft_wrap=True)
+    console.print(api.Backfills(settings, _spark(settings), console).abandon(run_id, reason.strip()),
+                  highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -368,205 +276,46 @@ def cleanup(
 ) -> None:
     """Drop staging tables of final runs (published, unchanged, rolled back, abandoned) older than the age;
     never those of a run that is not final. Each drop is recorded in the run's ledger events."""
-    from backfill_lib.core.retention import parse_age
-    from backfill_lib.plan.prepare import utc_now
-    from backfill_lib.run.cleanup import drop_staging, staging_verdicts
-    from backfill_lib.ledger import Ledger
-
     settings = _settings()
-    age = parse_age(older_than if older_than is not None else settings.cleanup_older_than)
-    spark = _spark(settings)
-    ledger = Ledger(spark, settings.ledger_schema)
-    verdicts = staging_verdicts(spark, ledger, utc_now(), age, force)
-    chosen = [v for v in verdicts if v.drop]
-    if not dry_run:
-        chosen = drop_staging(spark, ledger, chosen)
-    table = Table(title=("Would drop" if dry_run else "Dropped") + f" ({len(chosen)} staging tables)",
-                  title_justify="left")
-    for col in ("run ID", "status", "staging table", "last event (UTC)"):
-        table.add_column(col)
-    for v in chosen:
-        table.add_row(v.run_id, v.status, escape(v.staging_table), f"{v.last_event_at:%Y-%m-%d %H:%M}")
-    console.print(table)
-    kept = [v for v in verdicts if not v.drop]
-    if kept:
-        console.print(f"kept {len(kept)} staging tables: " + "; ".join(f"{v.staging_table} ({v.kept_because})"
-                                                                        for v in kept[:10])
-                      + (f"; and {len(kept) - 10} more" if len(kept) > 10 else ""), highlight=False, soft_wrap=True)
+    done = api.cleanup(older_than, dry_run=dry_run, force=force, settings=settings, spark=lambda: _spark(settings))
+    text.print_cleanup(console, done)
 
 
 @app.command()
 def history(table: Annotated[str, typer.Argument(help="A Delta table, e.g. demo.daily_route_delays or sales.`order-lines`.")],
             json_: JsonOption = False) -> None:
     """List the table's versions written by backfills (DESCRIBE HISTORY userMetadata joined with the ledger)."""
-    from pyspark.errors import AnalysisException
-
-    from backfill_lib.core.errors import IntakeError
-    from backfill_lib.publish.history import backfill_versions
-    from backfill_lib.ledger import Ledger
-
-    from backfill_lib.core.table_names import check_table_name
-
-    try:  # the canonical spelling (sales.`order-lines`), or a one-line refusal before Spark starts
-        table = check_table_name(table.strip())
-    except ValueError as exc:
-        raise IntakeError(f"backfill history: {exc}") from None
+    table = api.history_table(table)  # the canonical spelling (sales.`order-lines`), or a refusal before Spark
     settings = _settings()
     spark = _spark(settings, short_lived=True)
-    try:
-        versions = backfill_versions(spark, Ledger(spark, settings.ledger_schema), table)
-    except AnalysisException as exc:
-        raise IntakeError(f"table {table}: {str(exc).strip().splitlines()[0]}") from exc
     if json_:
-        from backfill_lib.report.documents import HistoryDocument, HistoryVersion, utc_text
-
-        _State.document = HistoryDocument(table=table, versions=[HistoryVersion(
-            version=v.version, committed=utc_text(v.committed_at), operation=v.operation, action=v.action, run_id=v.run_id,
-            run_status=v.status, strategy=v.strategy, owner=v.owner, reason=v.reason, approved_by=v.approved_by,
-            detail=v.detail) for v in versions])
+        _State.document = api.history_document(table, settings=settings, spark=spark)
         return
-    out = Table(title=f"Backfill versions of {escape(table)} (newest first)", title_justify="left")
-    for col in ("version", "committed", "action", "run ID", "run status", "strategy", "owner", "reason", "approved by", "detail"):
-        out.add_column(col)
-    for v in versions:
-        out.add_row(str(v.version), v.timestamp, v.action, v.run_id, _s(v.status), _s(v.strategy), _s(v.owner),
-                    _s(v.reason), _s(v.approved_by), _s(v.detail))
-    console.print(out)
-    if not versions:
-        console.print(f"no version of {table} was written by a backfill", highlight=False, markup=False)
-
-
-def _print_failures(failures) -> None:
-    table = Table(title="Failed checks", title_justify="left")
-    for col in ("kind", "check", "partition", "observed", "expected"):
-        table.add_column(col)
-    for c in failures[:50]:
-        where = c.partition or ("the range" if c.batch is None else f"batch {c.batch}")
-        table.add_row(c.kind, c.name, where, c.observed or "", c.expected or "")
-    if len(failures) > 50:
-        table.add_row("...", f"{len(failures) - 50} more", "", "", "")
-    err_console.print(table)
+    text.print_history(console, table, api.history(table, settings=settings, spark=spark))
 
 
 @app.command()
 def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; without it, the latest runs.")] = None,
            json_: JsonOption = False) -> None:
     """Show runs from the ledger, or one run and its partitions."""
-    from pyspark.sql import functions as F
-
-    from backfill_lib.run.cleanup import staging_exists, staging_kept
-    from backfill_lib.ledger import Ledger
-
     settings = _settings()
-    ledger = Ledger(_spark(settings, short_lived=True), settings.ledger_schema)
-    ledger.ensure()
+    spark = _spark(settings, short_lived=True)
     if json_:
-        _State.document = _status_document(ledger, run_id)
+        _State.document = api.status_document(run_id, settings=settings, spark=spark)
         return
-    if run_id is None:
-        table = Table(title="Runs (latest first)", title_justify="left")
-        for col in ("run ID", "status", "request", "target", "owner", "published version", "staging", "updated (UTC)"):
-            table.add_column(col)
-        latest = ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect()
-        kept = staging_kept(ledger.spark, [r["staging_table"] for r in latest])
-        for r in latest:
-            table.add_row(r["run_id"], r["status"], r["request_name"], escape(r["target_table"] or ""), r["owner"],
-                          "" if r["published_version"] is None else str(r["published_version"]),
-                          "kept" if r["staging_table"] in kept else "none",
-                          str(r["event_at"]))
-        console.print(table)
-        return
-    run_ = ledger.run(run_id)
-    console.print(
-        f"run {run_id}: [bold]{run_['status']}[/bold]  request {run_['request_name']}  target {escape(run_['target_table'] or '')}  "
-        f"owner {escape(run_['owner'] or '')}  reason {escape(run_['reason'] or '')}",
-        highlight=False,
-    )
-    console.print(
-        f"target version seen {run_['target_version_seen']}, pre-publish {run_['pre_publish_version']}, "
-        f"published {run_['published_version']}; staging {run_['staging_table']} "
-        f"({'kept' if staging_exists(ledger.spark, run_['staging_table']) else 'not there: never written, or dropped'})",
-        highlight=False,
-    )
-    if run_.get("rollback_until"):
-        until = run_["rollback_until"].astimezone(timezone.utc)  # naive local time, as pyspark returns it
-        console.print(f"rollback (RESTORE) possible until {until:%Y-%m-%d %H:%M} UTC under the table's retention",
-                      highlight=False)
-    if run_.get("approved_by"):
-        console.print(f"approved by {run_['approved_by']}", highlight=False)
-    if run_["message"]:
-        console.print(f"message: {run_['message']}", highlight=False)
-    if run_["status"] == "rolling_back" and run_.get("rollback_plan"):
-        planned = json.loads(run_["rollback_plan"])["tables"]
-        console.print("rollback under way (finish it with `backfill rollback RUN_ID` or `backfill resume RUN_ID`): "
-                      + ", ".join(f"{t['table']} to version {t['restore_to']}" for t in planned), highlight=False,
-                      soft_wrap=True)
-    table = Table(title="Partitions", title_justify="left")
-    for col in ("partition", "batch", "status", "rows", "attempt", "started (UTC)", "ended (UTC)", "message"):
-        table.add_column(col)
-    for p in ledger.partitions(run_id):
-        table.add_row(p["partition"], _s(p["batch"]), p["status"], _s(p["rows"]), _s(p["attempt"]),
-                      _s(p["started_at"]), _s(p["ended_at"]), p["message"] or "")
-    console.print(table)
-
-
-def _status_document(ledger, run_id: str | None):
-    """What ``status`` prints, as a :class:`~backfill_lib.report.documents.StatusDocument`: the 20 latest runs,
-    or ``run_id`` and its partitions."""
-    from pyspark.sql import functions as F
-
-    from backfill_lib.report.documents import PartitionStatus, RunDetail, RunListItem, StatusDocument, Versions, utc_text
-    from backfill_lib.run.cleanup import staging_exists
-
-    if run_id is None:
-        return StatusDocument(run=None, runs=[RunListItem(
-            run_id=r["run_id"], status=r["status"], request=r["request_name"], target_table=r["target_table"],
-            owner=r["owner"], published_version=r["published_version"],
-            staging_kept=staging_exists(ledger.spark, r["staging_table"]), updated_at=utc_text(r["event_at"]))
-            for r in ledger.runs().orderBy(F.col("seq").desc()).limit(20).collect()])
-    r = ledger.run(run_id)
-    return StatusDocument(runs=None, run=RunDetail(
-        run_id=run_id, status=r["status"], request=r["request_name"], target_table=r["target_table"], owner=r["owner"],
-        reason=r["reason"], staging_table=r["staging_table"], staging_kept=staging_exists(ledger.spark, r["staging_table"]),
-        versions=Versions(target_seen=r["target_version_seen"], pre_publish=r["pre_publish_version"],
-                          published=r["published_version"]),
-        rollback_until=utc_text(r.get("rollback_until")), approved_by=r.get("approved_by"), message=r["message"],
-        partitions=[PartitionStatus(partition=p["partition"], batch=p["batch"], status=p["status"], rows=p["rows"],
-                                    attempt=p["attempt"], started_at=utc_text(p["started_at"]),
-                                    ended_at=utc_text(p["ended_at"]), message=p["message"])
-                    for p in ledger.partitions(run_id)]))
+    text.print_status(console, run_id, api.status(run_id, settings=settings, spark=spark))
 
 
 @app.command()
 def report(run_id: Annotated[str, typer.Argument(help="The run ID.")], json_: JsonOption = False) -> None:
     """Write the run's HTML report and Markdown summary (under the local folder's runs/RUN_ID/)."""
-    from backfill_lib.core.errors import RunNotFoundError
-    from backfill_lib.report.run_report import write_run_report
-    from backfill_lib.ledger import Ledger
-
     settings = _settings()
     spark = _spark(settings)
-    ledger = Ledger(spark, settings.ledger_schema)
-    if not spark.catalog.tableExists(ledger.table("runs")):  # read-only: the ledger is not created for a report
-        raise RunNotFoundError(f"run {run_id} not found: ledger {ledger.table('runs')} does not exist yet (no run "
-                               "was recorded)")
     if json_:
-        from backfill_lib.report.documents import ReportDocument
-        from backfill_lib.report.run_report import ledger_outcome, outcome_document
-
-        outcome = ledger_outcome(ledger, run_id)
-        write_run_report(spark, settings, run_id, outcome)
-        run_doc = outcome_document(settings, outcome)
-        _State.document = ReportDocument(run_id=run_id, status=run_doc.status, report=run_doc.report,
-                                         totals=run_doc.totals, checks_total=run_doc.checks.total,
-                                         checks_failed=run_doc.checks.failed)
+        _State.document = api.report_document(run_id, settings=settings, spark=spark)
         return
-    html, md = write_run_report(spark, settings, run_id)
+    html, md = api.write_report(run_id, settings=settings, spark=spark)
     console.print(f"report: {html}\nsummary: {md}", highlight=False)
-
-
-def _s(v) -> str:
-    return "" if v is None else str(v)
 
 
 @app.command()
@@ -576,25 +325,7 @@ def demo(reset: Annotated[bool, typer.Option(help="Drop and rebuild the demo tab
 
     settings = _settings()
     result = setup_demo(_spark(settings), settings, reset=reset)
-    console.print(f"demo.flights: {result.flights} ({result.flights_rows:,} rows)", highlight=False)
-    state = ("Q1 arrival delays defective" if result.daily == "created"
-             else "left as it is: if a backfill fixed it, `backfill demo --reset` restores the defect")
-    console.print(f"demo.daily_route_delays: {result.daily} ({result.daily_rows:,} rows; {state})", highlight=False)
-    console.print(f"demo.monthly_route_delays: {result.monthly} ({result.monthly_rows:,} rows; a mart of the daily "
-                  "table, recomputed by the same backfill)", highlight=False)
-    console.print("next: backfill plan conf/backfills/fix_daily_route_delays.yml  then  "
-                  "backfill run conf/backfills/fix_daily_route_delays.yml", highlight=False)
-
-
-def quiet_spark_query_errors() -> None:
-    """Silence pyspark's SQLQueryContextLogger, which logs every analysis error as a JSON stack trace.
-
-    Our errors are reported once, as one line. It must stay a ``PySparkLogger`` (it is called with extra
-    keyword arguments a plain ``logging.Logger`` rejects), so it is fetched through pyspark.
-    """
-    from pyspark.logger import PySparkLogger
-
-    PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    text.print_demo(console, result)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from backfill_lib.adapters.connect_log import is_connect
+from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.errors import (
     AbandonedError,
@@ -168,7 +168,7 @@ class Runner:
         recorded with its plan; a fall-back from the asked ``pinned`` is said in one line."""
         choice = staging_mode(plan.request.staging or self.settings.staging, until=until,
                               can_pin=strategy_for(plan.strategy).can_pin,
-                              reads_staged_batches=plan.request.depends_on_past, session_pins=not is_connect(self.spark))
+                              reads_staged_batches=plan.request.depends_on_past, session_pins=log_reader(self.spark).pins_session)
         if choice.fallback:
             self.console.print(f"{plan.target_table}: {choice.fallback}", highlight=False)
         return replace(plan, staging_mode=choice.mode)

@@ -122,7 +122,7 @@ def settings(tmp_path_factory):
 @pytest.fixture(scope="session")
 def spark(settings, tmp_path_factory):
     from backfill_lib.adapters.session import get_spark
-    from backfill_lib.cli import quiet_spark_query_errors
+    from backfill_lib.adapters.session import quiet_spark_query_errors
 
     with _one_spark_start_at_a_time(tmp_path_factory):
         session = get_spark(settings)

@@ -10,8 +10,9 @@ no ``spark._jvm`` to reach Delta's ``DeltaLog``; every read here goes through th
   keeps reading; deletion vectors are honoured because deleted rows are not read);
 - one commit's actions: its own log file (``_delta_log/<version>.json``) read as text.
 
-:class:`ConnectSnapshot` stands where the classic path holds a JVM ``Snapshot``; the functions of
-:mod:`backfill_lib.adapters.delta_log` branch on it.
+:class:`ConnectSnapshot` stands where the classic path holds a JVM ``Snapshot``;
+:class:`~backfill_lib.adapters.log_reader.ConnectLogReader`, the reader a Connect session gets once, reads through
+these functions.
 """
 
 from __future__ import annotations

@@ -15,14 +15,9 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from backfill_lib.adapters.connect_log import (
-    ConnectSnapshot,
-    connect_commit_actions,
-    connect_snapshot,
-    is_connect,
-)
-from backfill_lib.adapters.kernel_log import kernel_add_files, kernel_scan_lines
-from backfill_lib.core.errors import IntakeError, first_line
+from backfill_lib.adapters.kernel_log import kernel_add_files
+from backfill_lib.adapters.log_reader import log_reader, snapshot_reader
+from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.file_ranges import FileRange, file_set_fingerprint
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.table_names import table_path
@@ -39,7 +34,6 @@ from backfill_lib.core.table_state import (
     generated_columns_of,
     identity_columns_of,
     identity_metadata_of,
-    uniform_blockers,
     unsupported_feature_blockers,
     write_blockers_of,
 )
@@ -61,18 +55,11 @@ def table_exists(spark: SparkSession, name: str) -> bool:
         except Exception as exc:  # Delta loads the table's log to answer, and refuses one it cannot read
             _refuse_unreadable(name, exc)
             raise
-    if is_connect(spark):  # no JVM for DeltaTable.isDeltaTable: Delta's DESCRIBE DETAIL names the format
-        try:
-            return spark.sql(f"DESCRIBE DETAIL {name}").first()["format"] == "delta"
-        except Exception:
-            return False
-    from delta.tables import DeltaTable
-
     try:
-        return bool(DeltaTable.isDeltaTable(spark, path))
-    except Exception as exc:  # no credentials for the bucket, an unknown scheme
+        return log_reader(spark).is_delta_path(name, path)
+    except Exception as exc:  # the reader's IntakeError keeps Delta's refusal as its context
         _refuse_unreadable(name, exc)
-        raise IntakeError(f"table {name}: path {path} cannot be read: {first_line(exc)}") from None
+        raise
 
 
 #: How Delta 4.4 ends the message of ``DELTA_UNSUPPORTED_FEATURES_FOR_READ``: ``... unsupported by Delta Lake
@@ -83,7 +70,10 @@ _UNSUPPORTED_READ = re.compile(r'DELTA_UNSUPPORTED_FEATURES_FOR_READ\].*unsuppor
 def _refuse_unreadable(name: str, exc: BaseException) -> None:
     """Raise :class:`IntakeError` naming table ``name`` and the reader features when ``exc`` is Delta's refusal to
     read a table that requires reader features it does not support; return otherwise."""
-    found = _UNSUPPORTED_READ.search(str(exc))
+    found, seen = None, 0
+    while exc is not None and found is None and seen < 8:  # the exception, then the one it was raised handling
+        found = _UNSUPPORTED_READ.search(str(exc))
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
     if found:
         features = [f.strip() for f in found.group(2).strip().rstrip(".").split(",") if f.strip()]
         blocker = unsupported_feature_blockers(features, (), f"Delta Lake {found.group(1)} of this session",
@@ -116,28 +106,12 @@ def latest_snapshot(spark: SparkSession, name: str):
 
     Under Spark Connect, a :class:`~backfill_lib.adapters.connect_log.ConnectSnapshot` read over SQL instead.
     """
-    if is_connect(spark):
-        return connect_snapshot(spark, name)
-    from delta.tables import DeltaTable
-
-    jvm = spark.sparkContext._jvm
-    jspark = spark._jsparkSession
-    try:
-        ident = jspark.sessionState().sqlParser().parseTableIdentifier(name)
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(jspark, ident)
-    except Exception:  # another catalog's name, a runtime without this overload, a missing table: the public API
-        delta_log = DeltaTable.forName(spark, name)._jdt.deltaLog()
-    snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    if snapshot.version() < 0:  # no Delta log where the catalog points (a Parquet table): the public API's error
-        DeltaTable.forName(spark, name)
-    return snapshot
+    return log_reader(spark).latest_snapshot(name)
 
 
 def current_version(spark: SparkSession, name: str) -> int:
     """The latest committed version of Delta table ``name``."""
-    if is_connect(spark):  # one statement, not a whole ConnectSnapshot
-        return int(spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"])
-    return int(latest_snapshot(spark, name).version())
+    return log_reader(spark).current_version(name)
 
 
 def history_since(spark: SparkSession, name: str, version: int) -> list:
@@ -149,18 +123,7 @@ def history_since(spark: SparkSession, name: str, version: int) -> list:
     newest = current_version(spark, name) - version + 1
     if newest <= 0:
         return []
-    if is_connect(spark):  # Delta's Python DeltaTable needs a JVM (or Delta's Connect plugin): its SQL
-        columns = ["version", "userMetadata", F.unix_micros("timestamp").alias("timestamp_us")]
-        rows = spark.sql(f"DESCRIBE HISTORY {name}").where(F.col("version") >= version).select(*columns).collect()
-        return sorted(rows, key=lambda r: -int(r["version"]))
-    from delta.tables import DeltaTable
-
-    table = DeltaTable.forName(spark, name)
-    columns = ["version", "userMetadata", F.unix_micros("timestamp").alias("timestamp_us")]
-    rows = table.history(newest).where(F.col("version") >= version).select(*columns).collect()
-    if not rows or min(int(r["version"]) for r in rows) > version:
-        rows = table.history().where(F.col("version") >= version).select(*columns).collect()
-    return sorted(rows, key=lambda r: -int(r["version"]))
+    return log_reader(spark).history_since(name, version, newest)
 
 
 #: :func:`user_metadata_since` reads up to this many commits' log files in the driver; more go through
@@ -181,11 +144,8 @@ def user_metadata_since(spark: SparkSession, name: str, version: int) -> list[tu
     latest = int(snapshot.version())
     if latest < version:
         return []
-    if latest - version < DRIVER_READ_COMMITS and not isinstance(snapshot, ConnectSnapshot):
-        try:
-            found = _commit_user_metadata(spark, snapshot, version, latest)
-        except Exception:  # Delta's internal API changed shape: the public one below
-            found = None
+    if latest - version < DRIVER_READ_COMMITS:
+        found = log_reader(spark).user_metadata(snapshot, version, latest)  # None under Spark Connect
         if found is not None:
             return found
     return [(int(r["version"]), r["userMetadata"]) for r in history_since(spark, name, version)]
@@ -194,19 +154,7 @@ def user_metadata_since(spark: SparkSession, name: str, version: int) -> list[tu
 def _commit_user_metadata(spark: SparkSession, snapshot, start: int, end: int) -> list[tuple[int, str | None]] | None:
     """``userMetadata`` of commits ``start`` to ``end`` (inclusive), newest first; ``None`` when a commit's file
     is gone (log cleanup) or does not open with its ``commitInfo``."""
-    jvm = spark.sparkContext._jvm
-    changes = snapshot.deltaLog().getChanges(start, end, jvm.scala.Option.empty(), False)
-    found: list[tuple[int, str | None]] = []
-    while changes.hasNext():
-        commit = changes.next()
-        info = commit._2().apply(0)
-        if info.getClass().getSimpleName() != "CommitInfo":
-            return None
-        meta = info.userMetadata()
-        found.append((int(commit._1()), meta.get() if meta.isDefined() else None))
-    if [v for v, _ in found] != list(range(start, end + 1)):
-        return None
-    return found[::-1]
+    return log_reader(spark).commit_user_metadata(snapshot, start, end)
 
 
 def commit_actions(spark: SparkSession, snapshot, version: int) -> list[dict] | None:
@@ -217,39 +165,14 @@ def commit_actions(spark: SparkSession, snapshot, version: int) -> list[dict] | 
     about 0.1 ms per action, no Spark job. ``None`` when the commit's file is gone (log cleanup) or Delta's
     internal API changed shape. Under Spark Connect, the commit's log file read as text through Spark.
     """
-    if isinstance(snapshot, ConnectSnapshot):
-        return connect_commit_actions(spark, snapshot, version)
-    try:
-        jvm = spark.sparkContext._jvm
-        changes = snapshot.deltaLog().getChanges(version, version, jvm.scala.Option.empty(), False)
-        if not changes.hasNext():
-            return None
-        commit = changes.next()
-        if int(commit._1()) != version:
-            return None
-        actions = commit._2().iterator()
-        lines = []
-        while actions.hasNext():
-            lines.append(actions.next().json())
-    except Exception:
-        return None
-    return [json.loads(line) for line in lines]
+    return log_reader(spark).commit_actions(snapshot, version)
 
 
 def partition_value_key(snapshot, column: str) -> str:
     """The key of ``column`` in the ``partitionValues`` of ``snapshot``'s ``add`` and ``remove`` actions: its
     physical name when the table uses column mapping (``delta.columnMapping.physicalName`` in the column's
     metadata; Delta protocol, "Column Mapping"), else its name."""
-    physical = "delta.columnMapping.physicalName"
-    if isinstance(snapshot, ConnectSnapshot):  # its partition values are keyed by name
-        return column
-    try:
-        for f in snapshot.metadata().schema().fields():
-            if f.name() == column:
-                return f.metadata().getString(physical) if f.metadata().contains(physical) else column
-    except Exception:  # Delta's internal API changed shape: the name, as before column mapping
-        pass
-    return column
+    return snapshot_reader(snapshot).partition_value_key(snapshot, column)
 
 
 def add_files(spark: SparkSession, snapshot) -> DataFrame:
@@ -259,10 +182,7 @@ def add_files(spark: SparkSession, snapshot) -> DataFrame:
     Spark snapshot's (a Spark job). Under Spark Connect, from
     the version's ``_metadata`` column (:meth:`ConnectSnapshot.add_files`: a scan; ``stats`` holds
     ``numRecords`` only)."""
-    if isinstance(snapshot, ConnectSnapshot):
-        return snapshot.add_files()
-    files = kernel_add_files(spark, snapshot)  # a small table's log, replayed in the driver without a Spark job
-    return files if files is not None else DataFrame(snapshot.allFiles().toDF(), spark)
+    return log_reader(spark).add_files(snapshot)
 
 
 def read_table_state(spark: SparkSession, name: str, with_partitions: bool = True, *,
@@ -330,20 +250,7 @@ def _snapshot_detail(spark: SparkSession, name: str) -> tuple:
     per partition (:func:`partition_stats`). ``(None, None)`` under Spark Connect (no snapshot object), for a name
     that is no Delta table or a view (``DESCRIBE DETAIL`` then says which), and for a table with liquid clustering
     (its columns live in domain metadata, which Delta reads with the whole file list)."""
-    if is_connect(spark):
-        return None, None
-    try:
-        snapshot = latest_snapshot(spark, name)
-        if snapshot.version() < 0 or snapshot.protocol().writerFeatureNames().contains("clustering"):
-            return None, None
-        properties, _ = _snapshot_metadata(snapshot)
-        partition_columns = _partition_columns(snapshot)
-        location = str(snapshot.deltaLog().dataPath().toString())
-    except Exception:  # a view, no such table, Delta's internal API changed shape: DESCRIBE DETAIL says
-        return None, None
-    detail = {"partitionColumns": partition_columns, "properties": properties, "location": location,
-              "clusteringColumns": ()}
-    return snapshot, detail
+    return log_reader(spark).snapshot_detail(name)
 
 
 def _described_detail(spark: SparkSession, name: str) -> dict:
@@ -429,7 +336,7 @@ def snapshot_generated_columns(snapshot) -> tuple[GeneratedColumn, ...]:
     field metadata (Delta 4.4)."""
     from pyspark.sql.types import StructType
 
-    schema_string = snapshot.schema_json if isinstance(snapshot, ConnectSnapshot) else snapshot.metadata().schemaString()
+    schema_string = snapshot_reader(snapshot).schema_string(snapshot)
     fields = json.loads(schema_string)["fields"]
     schema = StructType.fromJson({"type": "struct", "fields": fields})
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
@@ -442,7 +349,7 @@ def snapshot_identity_columns(snapshot) -> tuple[IdentityColumn, ...]:
     expressions."""
     from pyspark.sql.types import StructType
 
-    schema_string = snapshot.schema_json if isinstance(snapshot, ConnectSnapshot) else snapshot.metadata().schemaString()
+    schema_string = snapshot_reader(snapshot).schema_string(snapshot)
     fields = json.loads(schema_string)["fields"]
     types = {f.name: f.dataType.simpleString() for f in StructType.fromJson({"type": "struct", "fields": fields}).fields}
     return identity_columns_of((f["name"], types[f["name"]], f.get("metadata")) for f in fields)
@@ -452,7 +359,7 @@ def snapshot_identity_metadata(snapshot) -> dict[str, dict]:
     """``{column: {delta.identity.* key: value}}`` of ``snapshot``'s IDENTITY columns
     (:func:`~backfill_lib.core.table_state.identity_metadata_of`), from the Delta log's schemaString; ``{}`` under
     Spark Connect, whose schema carries no field metadata of Delta's."""
-    schema_string = snapshot.schema_json if isinstance(snapshot, ConnectSnapshot) else snapshot.metadata().schemaString()
+    schema_string = snapshot_reader(snapshot).schema_string(snapshot)
     return identity_metadata_of((f["name"], f.get("metadata")) for f in json.loads(schema_string)["fields"])
 
 
@@ -462,18 +369,7 @@ def live_write_blockers(spark: SparkSession, snapshot, properties: dict[str, str
     Delta's own list of the features it supports), UniForm formats whose converter is not on the classpath, and
     ``delta.appendOnly`` (:func:`~backfill_lib.core.table_state.write_blockers_of`). Under Spark Connect (no
     JVM here to ask) only the properties: Delta names the rest when it refuses the commit."""
-    found: list[WriteBlocker] = []
-    if not isinstance(snapshot, ConnectSnapshot) and not is_connect(spark):
-        jvm = spark.sparkContext._jvm
-        try:
-            features = snapshot.protocol().writerFeatureNames().toSeq()
-            supported = jvm.org.apache.spark.sql.delta.TableFeature.allSupportedFeaturesMap().keySet().toSeq()
-            names = [features.apply(i) for i in range(features.size())]
-            known = [supported.apply(i) for i in range(supported.size())]
-            found += unsupported_feature_blockers(names, known, _delta_release(jvm))
-        except Exception:  # Delta's internal API changed shape: Delta names an unsupported feature at commit
-            pass
-        found += uniform_blockers(properties, lambda cls: _loadable(jvm, cls))
+    found = log_reader(spark).feature_write_blockers(snapshot, properties)
     return (*found, *write_blockers_of(properties))
 
 
@@ -488,23 +384,6 @@ def live_table_blockers(spark: SparkSession, name: str) -> tuple[WriteBlocker, .
     return live_write_blockers(spark, snapshot, properties)
 
 
-def _delta_release(jvm) -> str:
-    """``Delta Lake 4.4.0 of this session``, or ``the Delta Lake of this session`` when its JVM does not say."""
-    try:
-        return f"Delta Lake {jvm.io.delta.package.VERSION()} of this session"
-    except Exception:
-        return "the Delta Lake of this session"
-
-
-def _loadable(jvm, cls: str) -> bool:
-    """Whether the session's JVM can load class ``cls`` (as Delta looks for a UniForm converter); ``True`` when
-    it cannot be asked (Delta then decides)."""
-    try:
-        return bool(jvm.org.apache.spark.util.Utils.classIsLoadable(cls))
-    except Exception:
-        return True
-
-
 def live_generated_columns(spark: SparkSession, name: str) -> tuple[GeneratedColumn, ...]:
     """The generated columns of Delta table ``name`` as of its latest commit (what its next write enforces)."""
     return snapshot_generated_columns(latest_snapshot(spark, name))
@@ -513,23 +392,7 @@ def live_generated_columns(spark: SparkSession, name: str) -> tuple[GeneratedCol
 def _typed_partition_values(snapshot, values) -> list:
     """Every partition column of ``snapshot``'s table as a column of its type, named as the table names it, from
     the ``add`` actions' ``partitionValues`` (strings, keyed by physical name under column mapping)."""
-    from pyspark.sql.types import StructType
-
-    if isinstance(snapshot, ConnectSnapshot):
-        types = {f.name: f.dataType for f in StructType.fromJson(json.loads(snapshot.schema_json)).fields}
-        return [values.getItem(c).cast(types[c]).alias(c) for c in snapshot.partition_columns]
-    schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
-    types = {f.name: f.dataType for f in schema.fields}
-    return [values.getItem(partition_value_key(snapshot, c)).cast(types[c]).alias(c)
-            for c in _partition_columns(snapshot)]
-
-
-def _partition_columns(snapshot) -> list[str]:
-    """The partition columns of a JVM snapshot's metadata, by name, in the table's order."""
-    columns, names = [], snapshot.metadata().partitionColumns().iterator()  # a Scala Seq
-    while names.hasNext():
-        columns.append(str(names.next()))
-    return columns
+    return snapshot_reader(snapshot).typed_partition_values(snapshot, values)
 
 
 def _is_view(spark: SparkSession, name: str) -> bool:
@@ -541,18 +404,7 @@ def _is_view(spark: SparkSession, name: str) -> bool:
 
 def _snapshot_metadata(snapshot) -> tuple[dict[str, str], tuple[Column, ...]]:
     """The table properties and top-level columns of ``snapshot``'s metadata (its Delta log; no catalog call)."""
-    from pyspark.sql.types import StructType
-
-    if isinstance(snapshot, ConnectSnapshot):
-        schema = StructType.fromJson(json.loads(snapshot.schema_json))
-        return dict(snapshot.properties), tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
-    entries = snapshot.metadata().configuration().iterator()
-    properties = {}
-    while entries.hasNext():
-        entry = entries.next()
-        properties[entry._1()] = entry._2()
-    schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
-    return properties, tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields)
+    return snapshot_reader(snapshot).snapshot_metadata(snapshot)
 
 
 def live_metadata(spark: SparkSession, name: str) -> tuple[dict[str, str], tuple[Column, ...]]:
@@ -595,13 +447,14 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str | Part
     parts = partition_column if isinstance(partition_column, PartitionKeys) and partition_column.parts else None
     if isinstance(partition_column, PartitionKeys) and parts is None:
         partition_column = partition_column.column
-    lines = None if isinstance(snapshot, ConnectSnapshot) else kernel_scan_lines(spark, snapshot)
+    reader = log_reader(spark)
+    lines = reader.scan_lines(snapshot)  # None under Spark Connect
     if lines is not None and parts is None and where is None:  # the raw values are the keys: no typing to do
         return _stats_by_value(lines, partition_value_key(snapshot, partition_column))
     if lines is not None:
         files = kernel_add_files(spark, snapshot, lines)
     else:  # Kernel already declined: straight to Delta's own replay (or the Connect snapshot's files)
-        files = snapshot.add_files() if isinstance(snapshot, ConnectSnapshot) else DataFrame(snapshot.allFiles().toDF(), spark)
+        files = reader.replayed_files(snapshot)
     deleted = (F.coalesce(F.col("deletionVector.cardinality"), F.lit(0)) if "deletionVector" in files.columns
                else F.lit(0))
     values = F.col("partitionValues")

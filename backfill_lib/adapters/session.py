@@ -65,6 +65,17 @@ def get_spark(settings: Settings, short_lived: bool = False) -> SparkSession:
     return spark
 
 
+def quiet_spark_query_errors() -> None:
+    """Silence pyspark's SQLQueryContextLogger, which logs every analysis error as a JSON stack trace.
+
+    Our errors are reported once, as one line. It must stay a ``PySparkLogger`` (it is called with extra
+    keyword arguments a plain ``logging.Logger`` rejects), so it is fetched through pyspark.
+    """
+    from pyspark.logger import PySparkLogger
+
+    PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+
+
 #: The Spark conf of the session time zone: the zone SQL turns timestamps into dates, hours and text in
 #: (``to_date(ts)``, ``hour(ts)``, ``CAST(ts AS STRING)``), fixed in each expression when its query is analysed.
 SESSION_TIME_ZONE = "spark.sql.session.timeZone"

@@ -33,7 +33,7 @@ class Reporter:
         """One line about the run, prefixed with its run ID."""
         line = f"[{self.run_id}] {message}"
         if self.console.is_terminal:
-            self.console.print(line, highlight=False)
+            self.console.print(line, highlight=False, markup=False)  # a run ID in brackets is no markup tag
         else:
             log.info(line)
 

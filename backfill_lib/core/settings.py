@@ -195,3 +195,19 @@ def load_settings(path: str | Path | None = None) -> Settings:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"{chosen}: field '{field}': {err['msg']}") from exc
+
+
+def enter_project_dir(folder: str | None) -> None:
+    """Change the working directory to ``folder`` (None: stay): ``--project-dir``, where relative paths of
+    requests, their SQL and suites and of the settings file resolve.
+
+    Raises
+    ------
+    ConfigError
+        ``folder`` is not an existing directory.
+    """
+    if folder is None:
+        return
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--project-dir {folder}: not an existing folder")
+    os.chdir(folder)

@@ -136,6 +136,10 @@ class Ledger(EventWriter):
         self.flush()
         return self._fold_runs(self.spark.table(self.table("runs")))
 
+    def latest_runs(self, limit: int = 20) -> list:
+        """The latest record of each of the ``limit`` runs with the latest events, newest first (``status``)."""
+        return self.runs().orderBy(F.col("seq").desc()).limit(limit).collect()
+
     def leases(self, table: str, flush: bool = True, location: str = "") -> list:
         """The :class:`~backfill_lib.core.leases.Lease` of every run of ``table`` (any spelling; also any name
         whose plan read the data path ``location``, when given: ``delta.`<path>``` or a catalog alias) whose latest

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import date, datetime
-from urllib.parse import urlsplit
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -93,9 +92,9 @@ def sql_with_bounds(spark: SparkSession, text: str, start, end) -> DataFrame:
     """``text`` run with ``:range_start`` and ``:range_end`` bound to ``start`` and ``end``: as Spark's named
     parameters, except under Spark Connect, whose server loses them under Delta's SQL parser; there they are bound
     as literals in the text (:func:`~backfill_lib.intake.sql_text.bind_named_parameters`)."""
-    from backfill_lib.adapters.connect_log import is_connect
+    from backfill_lib.adapters.log_reader import log_reader
 
-    if is_connect(spark):
+    if not log_reader(spark).named_parameters:
         from backfill_lib.intake.sql_text import bind_named_parameters
 
         return spark.sql(bind_named_parameters(text, {"range_start": sql_literal(start),
@@ -125,21 +124,7 @@ def source_input(spark: SparkSession, df: DataFrame):
     files = df.inputFiles()
     if not files:
         return SourceInput(0, 0)
-    from backfill_lib.adapters.connect_log import is_connect
+    from backfill_lib.adapters.log_reader import log_reader
 
-    if is_connect(spark):  # no Hadoop FileSystem in the driver: the sizes from Spark's file source (no content read)
-        from pyspark.sql import functions as F
-
-        size = spark.read.format("binaryFile").load(list(files)).agg(F.sum("length")).first()[0]
-        return SourceInput(len(files), int(size or 0))
-    path_class = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # resolved once: each name step is a py4j call
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    file_systems: dict[tuple[str, str], object] = {}
-    total = 0
-    for f in files:
-        path = path_class(f)
-        root = urlsplit(f)[:2]  # scheme and authority name the file system
-        if root not in file_systems:
-            file_systems[root] = path.getFileSystem(conf)
-        total += file_systems[root].getFileStatus(path).getLen()
-    return SourceInput(len(files), total)
+    # Hadoop's FileSystem in the driver; under Spark Connect, Spark's file source (no content read either way)
+    return SourceInput(len(files), log_reader(spark).files_bytes(files))

@@ -11,9 +11,7 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
-from backfill_lib.adapters.connect_log import ConnectSnapshot
 from backfill_lib.adapters.delta_log import (
-    add_files,
     commit_actions,
     current_version,
     data_column_files,
@@ -21,6 +19,7 @@ from backfill_lib.adapters.delta_log import (
     partition_stats,
     user_metadata_since,
 )
+from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.core.errors import FenceError, PublishError
 from backfill_lib.core.table_state import PartitionStats
 from backfill_lib.plan.model import BackfillPlan
@@ -302,32 +301,8 @@ def holds_version(spark: SparkSession, table: str, version: int) -> bool:
     """Whether ``table``'s latest snapshot has exactly the data files (paths and deletion vectors, from the
     Delta log: no data read) and the schema of ``version``, as a RESTORE to ``version`` leaves it. ``False``
     when that cannot be told (the version's log is gone, Delta's internal API changed shape)."""
-    from pyspark.sql import functions as F
-
     now = latest_snapshot(spark, table)
     if int(now.version()) == version:
         return True
-    if isinstance(now, ConnectSnapshot):  # Spark Connect: no log objects; the version's schema and rows instead
-        try:
-            then = spark.read.option("versionAsOf", version).table(table)
-            latest = now.read()
-            return (then.schema == latest.schema and then.count() == latest.count()
-                    and then.exceptAll(latest).isEmpty())
-        except Exception:
-            return False
-    try:
-        log = now.deltaLog()
-        then = log.getSnapshotAt(version, getattr(log, "getSnapshotAt$default$2")(),
-                                 getattr(log, "getSnapshotAt$default$3")(), getattr(log, "getSnapshotAt$default$4")())
-        if then.metadata().schemaString() != now.metadata().schemaString():
-            return False
-
-        def files(snapshot):
-            df = add_files(spark, snapshot)
-            dv = F.to_json("deletionVector") if "deletionVector" in df.columns else F.lit(None).cast("string")
-            return df.select("path", dv.alias("dv"))
-
-        a, b = files(now), files(then)
-        return a.count() == b.count() and a.exceptAll(b).isEmpty()
-    except Exception:
-        return False
+    # the two snapshots' files from the Delta log; under Spark Connect (no log objects), the version's schema and rows
+    return log_reader(spark).holds_version(table, now, version)

@@ -42,14 +42,9 @@ def backfill_versions(spark: SparkSession, ledger: Ledger, table: str) -> list[B
     pyspark.errors.AnalysisException
         When ``table`` does not exist or is not a Delta table (the CLI turns it into an error naming it).
     """
-    from backfill_lib.adapters.connect_log import is_connect
+    from backfill_lib.adapters.log_reader import log_reader
 
-    if is_connect(spark):  # no DeltaTable without a JVM: Delta's SQL
-        entries = spark.sql(f"DESCRIBE HISTORY {table}")
-    else:
-        from delta.tables import DeltaTable
-
-        entries = DeltaTable.forName(spark, table).history()
+    entries = log_reader(spark).history(table)  # DeltaTable's history; under Spark Connect, Delta's SQL
     history = (entries
                .select("version", F.date_format("timestamp", "yyyy-MM-dd HH:mm:ssXXX").alias("ts"),
                        F.unix_micros("timestamp").alias("us"), "operation", "userMetadata")

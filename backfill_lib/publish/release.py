@@ -14,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import SparkSession
 
-from backfill_lib.adapters.connect_log import ConnectSnapshot, connect_missing_files, is_connect
 from backfill_lib.adapters.delta_log import current_version, history_since, latest_snapshot
+from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.core.errors import PublishError
 from backfill_lib.core.table_names import same_table_key
 
@@ -61,11 +61,8 @@ def rollback_until(spark: SparkSession, table: str, version: int) -> datetime:
     else:
         committed_us = history_since(spark, table, version)[-1]["timestamp_us"]
     # The properties from the snapshot's metadata, not DESCRIBE DETAIL, which would list every file for its size.
-    if isinstance(snapshot, ConnectSnapshot):  # Spark Connect: DESCRIBE DETAIL's properties, read with it
-        properties = dict(snapshot.properties)
-    else:
-        configuration = snapshot.metadata().configuration()
-        properties = dict(spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters.asJava(configuration))
+    # (under Spark Connect, DESCRIBE DETAIL's properties, read with the snapshot)
+    properties = log_reader(spark).properties(snapshot)
     committed = datetime.fromtimestamp(committed_us // 10**6, tz=timezone.utc) + timedelta(microseconds=committed_us % 10**6)
     return committed + retention(properties)
 
@@ -78,16 +75,8 @@ def _missing_files(spark: SparkSession, table: str, version: int) -> list[str]:
         return []
     then = set(spark.read.option("versionAsOf", version).table(table).inputFiles())
     now = set(spark.table(table).inputFiles())
-    if is_connect(spark):  # no Hadoop FileSystem in the driver: ask Spark's file source
-        return connect_missing_files(spark, sorted(then - now))
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    missing = []
-    for f in sorted(then - now):
-        path = jvm.org.apache.hadoop.fs.Path(f)
-        if not path.getFileSystem(conf).exists(path):
-            missing.append(f)
-    return missing
+    # Hadoop's FileSystem in the driver; under Spark Connect, Spark's file source
+    return log_reader(spark).missing_files(sorted(then - now))
 
 
 def check_rollback_ready(spark: SparkSession, table: str, versions: dict[str, int]) -> None:

@@ -396,6 +396,14 @@ class HistoryDocument(_Document):
     versions: list[HistoryVersion]
 
 
+def history_document(table: str, versions: list) -> HistoryDocument:
+    """``backfill history --json`` of ``versions`` (:class:`~backfill_lib.publish.history.BackfillVersion`)."""
+    return HistoryDocument(table=table, versions=[HistoryVersion(
+        version=v.version, committed=utc_text(v.committed_at), operation=v.operation, action=v.action, run_id=v.run_id,
+        run_status=v.status, strategy=v.strategy, owner=v.owner, reason=v.reason, approved_by=v.approved_by,
+        detail=v.detail) for v in versions])
+
+
 class ReportDocument(_Document):
     """``backfill report RUN_ID --json``: the files written and the run's totals (as in its run document)."""
 

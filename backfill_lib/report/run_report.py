@@ -30,7 +30,7 @@ from backfill_lib.intake.request import Strategy
 from backfill_lib.intake.schema_guard import SchemaChange, changes_line
 from backfill_lib.plan.explain import NO_PINS
 from backfill_lib.plan.model import plan_from_summary
-from backfill_lib.report.documents import RunDocument, partition_rows, run_document, write_summary
+from backfill_lib.report.documents import ReportDocument, RunDocument, partition_rows, run_document, write_summary
 from backfill_lib.report.render import (
     SAMPLE_LIMIT,
     ColumnChange,
@@ -262,6 +262,13 @@ def outcome_document(settings: Settings, outcome: RunOutcome) -> RunDocument:
     """The run document (``backfill run --json``, ``runs/RUN_ID/summary.json``) of a run's outcome."""
     return run_document(outcome.run, outcome.rows, outcome.checks, outcome.diffs,
                         report_dir(settings, outcome.run["run_id"]))
+
+
+def report_document(settings: Settings, run_id: str, outcome: RunOutcome) -> ReportDocument:
+    """``backfill report RUN_ID --json``: the files and totals of the run document of ``outcome``."""
+    run_doc = outcome_document(settings, outcome)
+    return ReportDocument(run_id=run_id, status=run_doc.status, report=run_doc.report, totals=run_doc.totals,
+                          checks_total=run_doc.checks.total, checks_failed=run_doc.checks.failed)
 
 
 def report_dir(settings: Settings, run_id: str) -> Path:

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType
 
 from backfill_lib.adapters.checksums import canonical_sql, is_plain
-from backfill_lib.adapters.connect_log import is_connect
+from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import DuplicateKeyError, PublishError
 from backfill_lib.core.partitions import quote_ident
@@ -85,7 +85,7 @@ class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
         # column (unqualified, so that a column the MERGE adds resolves too); the ON clause matches it
         identity = {c.name for c in plan.target_identity}
         sets = [c.name for c in casts if c.name not in identity] if identity else None
-        if is_connect(spark):  # no DeltaTable without a JVM: the same MERGE as SQL
+        if not log_reader(spark).delta_table_api:  # no DeltaTable without a JVM: the same MERGE as SQL
             update = ("*" if sets is None else
                       ", ".join(f"{quote_ident(c)} = s.{quote_ident(c)}" for c in sets))
             clauses = [f"WHEN MATCHED AND ({changed}) THEN UPDATE SET {update}", "WHEN NOT MATCHED THEN INSERT *",

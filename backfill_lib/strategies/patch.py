@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.adapters.checksums import comparable
-from backfill_lib.adapters.connect_log import is_connect
+from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.schema_guard import ColumnCast
@@ -61,7 +61,7 @@ class Patch(PatchKind, StrategyImpl):
         if renumbered and not plan.request.delete_missing:
             source = with_replaced_rows(spark, plan, staged, pre, renumbered)
             replaces = f"s.{REPLACES}"
-        if is_connect(spark):  # no DeltaTable without a JVM: the same MERGE as SQL
+        if not log_reader(spark).delta_table_api:  # no DeltaTable without a JVM: the same MERGE as SQL
             sets = ", ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in values)
             names = ", ".join(quote_ident(c) for c in columns)
             clauses = ([f"WHEN MATCHED AND {replaces} THEN DELETE"] if replaces else []) + (

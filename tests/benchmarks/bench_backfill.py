@@ -917,7 +917,7 @@ def main(argv: list[str] | None = None) -> int:
     if {"tpch", "rows", "tiny"} & set(args.only):
         os.environ["BACKFILL_SPARK_MASTER"] = args.master
         from backfill_lib.adapters.session import get_spark
-        from backfill_lib.cli import quiet_spark_query_errors
+        from backfill_lib.adapters.session import quiet_spark_query_errors
         from backfill_lib.ledger import Ledger
 
         one_time: dict = {}

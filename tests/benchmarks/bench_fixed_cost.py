@@ -40,7 +40,7 @@ def main() -> None:
     os.chdir(args.code)
 
     from backfill_lib.adapters.session import get_spark
-    from backfill_lib.cli import quiet_spark_query_errors
+    from backfill_lib.adapters.session import quiet_spark_query_errors
     from backfill_lib.core.settings import load_settings
     from backfill_lib.ledger.store import Ledger
     from backfill_lib.ledger.writer import EventWriter

@@ -1,9 +1,11 @@
 """The Python API for notebooks and schedulers: plan_backfill (the dry run) and run_backfill, exported lazily."""
 
+import io
 import subprocess
 import sys
 
 from chispa import assert_df_equality
+from rich.console import Console
 
 import backfill_lib
 from backfill_lib.adapters.delta_log import current_version
@@ -36,3 +38,24 @@ def test_plan_backfill_writes_nothing_and_run_backfill_publishes_that_plan(spark
                        ignore_row_order=True, ignore_nullable=True)
     again = backfill_lib.run_backfill(request, settings=settings, spark=spark, run_id="api_run_1")
     assert (again.status, current_version(spark, f"{db}.events")) == ("published", before + 1)  # resumed: no write
+
+
+def test_run_backfill_after_a_run_of_another_table_waits_for_it_and_says_so(spark, settings, db, tmp_path):
+    # --after through the API passes the request's target to the wait, as the CLI does: a run of another table
+    # (an upstream backfill) is waited for, with the note that it holds no range of this target
+    make_events(spark, db, SOURCE)
+    spark.sql(f"CREATE TABLE {db}.upstream USING delta PARTITIONED BY (dt) AS SELECT * FROM {db}.events")
+    (tmp_path / "up").mkdir()
+    upstream = events_request(tmp_path / "up", db,
+                              target={"table": f"{db}.upstream", "partition_column": "dt", "grain": "day"})
+    up_id, down_id = f"api_up_{db[2:]}", f"api_down_{db[2:]}"
+    assert backfill_lib.run_backfill(upstream, settings=settings, spark=spark, run_id=up_id).status == "published"
+
+    # the note is read from the console the run reports to (a terminal one prints each stage line), not from
+    # logging, whose global state earlier tests in the worker may have changed
+    console = Console(file=io.StringIO(), force_terminal=True, width=1000, color_system=None)
+    result = backfill_lib.run_backfill(events_request(tmp_path, db), settings=settings, spark=spark,
+                                       run_id=down_id, after=up_id, console=console)
+    assert (result.status, result.plan.run_id) == ("published", down_id)
+    assert f"[{up_id}] run {up_id} backfills {db}.upstream, not {db}.events: waiting orders this run after it (use " \
+           f"it when this request reads {db}.upstream); it holds no range of {db}.events" in console.file.getvalue()

@@ -209,3 +209,19 @@ def test_file_listing_of_a_table_with_a_data_column_named_metadata(cspark, db):
     assert dict(row["partitionValues"]) == {"dt": "2024-03-09"}
     assert json.loads(row["stats"])["numRecords"] == 1
     assert row["path"].startswith("dt=2024-03-09/") and row["path"].endswith(".parquet")
+
+
+def test_a_connect_session_gets_the_connect_reader_once(cspark, spark, db):
+    """Issue 45 item 5: the reader is chosen once per session, the Connect one on a Connect session (its
+    snapshots are read by it too), the classic one on the classic session beside it."""
+    from backfill_lib.adapters.connect_log import ConnectSnapshot
+    from backfill_lib.adapters.log_reader import ClassicLogReader, ConnectLogReader, log_reader, snapshot_reader
+
+    reader = log_reader(cspark)
+    assert type(reader) is ConnectLogReader and log_reader(cspark) is reader and reader.spark is cspark
+    assert not reader.pins_session and not reader.named_parameters and not reader.delta_table_api
+    assert type(log_reader(spark)) is ClassicLogReader and log_reader(spark) is not reader
+
+    cspark.sql(f"CREATE TABLE {db}.chosen (id INT) USING delta")
+    snapshot = reader.latest_snapshot(f"{db}.chosen")
+    assert isinstance(snapshot, ConnectSnapshot) and snapshot_reader(snapshot) is reader
