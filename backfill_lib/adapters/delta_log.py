@@ -8,6 +8,7 @@ scanned. Nothing here writes.
 from __future__ import annotations
 
 import json
+import re
 from datetime import date, datetime, timedelta, timezone
 
 from pyspark.errors import AnalysisException
@@ -29,9 +30,12 @@ from backfill_lib.core.table_state import (
     TableState,
     column_mapping_mode,
     constraints_of,
+    WriteBlocker,
     generated_columns_of,
-    write_blockers_of,
     identity_columns_of,
+    identity_metadata_of,
+    unsupported_feature_blockers,
+    write_blockers_of,
 )
 
 
@@ -46,8 +50,36 @@ def table_exists(spark: SparkSession, name: str) -> bool:
     """
     path = table_path(name)
     if path is None:
-        return spark.catalog.tableExists(name)
-    return log_reader(spark).is_delta_path(name, path)
+        try:
+            return spark.catalog.tableExists(name)
+        except Exception as exc:  # Delta loads the table's log to answer, and refuses one it cannot read
+            _refuse_unreadable(name, exc)
+            raise
+    try:
+        return log_reader(spark).is_delta_path(name, path)
+    except Exception as exc:  # the reader's IntakeError keeps Delta's refusal as its context
+        _refuse_unreadable(name, exc)
+        raise
+
+
+#: How Delta 4.4 ends the message of ``DELTA_UNSUPPORTED_FEATURES_FOR_READ``: ``... unsupported by Delta Lake
+#: "4.4.0": f1, f2.``
+_UNSUPPORTED_READ = re.compile(r'DELTA_UNSUPPORTED_FEATURES_FOR_READ\].*unsupported by Delta Lake "([^"]*)": ([^\n]*)')
+
+
+def _refuse_unreadable(name: str, exc: BaseException) -> None:
+    """Raise :class:`IntakeError` naming table ``name`` and the reader features when ``exc`` is Delta's refusal to
+    read a table that requires reader features it does not support; return otherwise."""
+    found, seen = None, 0
+    while exc is not None and found is None and seen < 8:  # the exception, then the one it was raised handling
+        found = _UNSUPPORTED_READ.search(str(exc))
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    if found:
+        features = [f.strip() for f in found.group(2).strip().rstrip(".").split(",") if f.strip()]
+        blocker = unsupported_feature_blockers(features, (), f"Delta Lake {found.group(1)} of this session",
+                                               reader=True)
+        if blocker:
+            raise IntakeError(blocker[0].message(f"table {name}", name)) from None
 
 
 def missing_table_message(name: str) -> str:
@@ -204,7 +236,7 @@ def read_table_state(spark: SparkSession, name: str, with_partitions: bool = Tru
                       change_data_feed=change_data_feed, constraints=constraints_of(properties, columns),
                       column_mapping=column_mapping_mode(properties), clustering_columns=clustering,
                       files=files, generated=snapshot_generated_columns(snapshot),
-                      write_blockers=write_blockers_of(properties),
+                      write_blockers=live_write_blockers(spark, snapshot, properties),
                       identity=snapshot_identity_columns(snapshot))
 
 
@@ -321,6 +353,35 @@ def snapshot_identity_columns(snapshot) -> tuple[IdentityColumn, ...]:
     fields = json.loads(schema_string)["fields"]
     types = {f.name: f.dataType.simpleString() for f in StructType.fromJson({"type": "struct", "fields": fields}).fields}
     return identity_columns_of((f["name"], types[f["name"]], f.get("metadata")) for f in fields)
+
+
+def snapshot_identity_metadata(snapshot) -> dict[str, dict]:
+    """``{column: {delta.identity.* key: value}}`` of ``snapshot``'s IDENTITY columns
+    (:func:`~backfill_lib.core.table_state.identity_metadata_of`), from the Delta log's schemaString; ``{}`` under
+    Spark Connect, whose schema carries no field metadata of Delta's."""
+    schema_string = snapshot_reader(snapshot).schema_string(snapshot)
+    return identity_metadata_of((f["name"], f.get("metadata")) for f in json.loads(schema_string)["fields"])
+
+
+def live_write_blockers(spark: SparkSession, snapshot, properties: dict[str, str]) -> tuple[WriteBlocker, ...]:
+    """What Delta table ``snapshot`` (with table ``properties``) has under which this session's Delta refuses
+    the commit publishing a backfill: writer features it does not support (from the snapshot's protocol and
+    Delta's own list of the features it supports), UniForm formats whose converter is not on the classpath, and
+    ``delta.appendOnly`` (:func:`~backfill_lib.core.table_state.write_blockers_of`). Under Spark Connect (no
+    JVM here to ask) only the properties: Delta names the rest when it refuses the commit."""
+    found = log_reader(spark).feature_write_blockers(snapshot, properties)
+    return (*found, *write_blockers_of(properties))
+
+
+def live_table_blockers(spark: SparkSession, name: str) -> tuple[WriteBlocker, ...]:
+    """:func:`live_write_blockers` of Delta table ``name`` as of its latest commit (its properties only when
+    Delta's internal API changed shape)."""
+    try:
+        snapshot = latest_snapshot(spark, name)
+        properties, _ = _snapshot_metadata(snapshot)
+    except Exception:
+        return write_blockers_of(live_metadata(spark, name)[0])
+    return live_write_blockers(spark, snapshot, properties)
 
 
 def live_generated_columns(spark: SparkSession, name: str) -> tuple[GeneratedColumn, ...]:

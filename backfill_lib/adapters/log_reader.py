@@ -28,7 +28,7 @@ from backfill_lib.adapters.connect_log import (
 )
 from backfill_lib.adapters.kernel_log import kernel_add_files, kernel_scan_lines
 from backfill_lib.core.errors import IntakeError, first_line
-from backfill_lib.core.table_state import Column
+from backfill_lib.core.table_state import Column, WriteBlocker, uniform_blockers, unsupported_feature_blockers
 
 
 class LogReader(ABC):
@@ -112,6 +112,12 @@ class LogReader(ABC):
     @abstractmethod
     def properties(self, snapshot) -> dict:
         """The table properties of ``snapshot``'s metadata."""
+
+    @abstractmethod
+    def feature_write_blockers(self, snapshot, properties: dict[str, str]) -> list[WriteBlocker]:
+        """What of ``snapshot``'s protocol and table ``properties`` this session's Delta refuses to commit to:
+        writer features it does not support and UniForm formats whose converter is not on the classpath
+        (:func:`~.delta_log.live_write_blockers` adds the properties' own blockers)."""
 
     @abstractmethod
     def holds_version(self, table: str, now, version: int) -> bool:
@@ -286,6 +292,22 @@ class ClassicLogReader(LogReader):
         configuration = snapshot.metadata().configuration()
         return dict(self.spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters.asJava(configuration))
 
+    def feature_write_blockers(self, snapshot, properties: dict[str, str]) -> list[WriteBlocker]:
+        if isinstance(snapshot, ConnectSnapshot):  # not a JVM snapshot: nothing to ask of its protocol
+            return []
+        jvm = self.spark.sparkContext._jvm
+        found: list[WriteBlocker] = []
+        try:
+            features = snapshot.protocol().writerFeatureNames().toSeq()
+            supported = jvm.org.apache.spark.sql.delta.TableFeature.allSupportedFeaturesMap().keySet().toSeq()
+            names = [features.apply(i) for i in range(features.size())]
+            known = [supported.apply(i) for i in range(supported.size())]
+            found += unsupported_feature_blockers(names, known, _delta_release(jvm))
+        except Exception:  # Delta's internal API changed shape: Delta names an unsupported feature at commit
+            pass
+        found += uniform_blockers(properties, lambda cls: _loadable(jvm, cls))
+        return found
+
     def holds_version(self, table: str, now, version: int) -> bool:
         try:
             log = now.deltaLog()
@@ -397,6 +419,9 @@ class ConnectLogReader(LogReader):
     def properties(self, snapshot: ConnectSnapshot) -> dict:  # DESCRIBE DETAIL's properties, read with it
         return dict(snapshot.properties)
 
+    def feature_write_blockers(self, snapshot, properties: dict[str, str]) -> list[WriteBlocker]:
+        return []  # no JVM here to ask: Delta names an unsupported feature or converter when it refuses the commit
+
     def holds_version(self, table: str, now: ConnectSnapshot, version: int) -> bool:
         # no log objects: the version's schema and rows instead
         try:
@@ -414,6 +439,23 @@ class ConnectLogReader(LogReader):
         # no Hadoop FileSystem in the driver: the sizes from Spark's file source (no content read)
         size = self.spark.read.format("binaryFile").load(list(files)).agg(F.sum("length")).first()[0]
         return int(size or 0)
+
+
+def _delta_release(jvm) -> str:
+    """``Delta Lake 4.4.0 of this session``, or ``the Delta Lake of this session`` when its JVM does not say."""
+    try:
+        return f"Delta Lake {jvm.io.delta.package.VERSION()} of this session"
+    except Exception:
+        return "the Delta Lake of this session"
+
+
+def _loadable(jvm, cls: str) -> bool:
+    """Whether the session's JVM can load class ``cls`` (as Delta looks for a UniForm converter); ``True`` when
+    it cannot be asked (Delta then decides)."""
+    try:
+        return bool(jvm.org.apache.spark.util.Utils.classIsLoadable(cls))
+    except Exception:
+        return True
 
 
 _READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from backfill_lib.adapters.delta_log import live_metadata, missing_table_message, read_table_state, table_exists
+from backfill_lib.adapters.delta_log import live_table_blockers, missing_table_message, read_table_state, table_exists
 from backfill_lib.adapters.generated import with_generated
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.adapters.session import case_sensitive, session_time_zone
@@ -21,7 +21,7 @@ from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_names import catalog_table, is_path_table, split_table_name, table_path
-from backfill_lib.core.table_state import Column, TableState, write_blockers_of
+from backfill_lib.core.table_state import Column, TableState
 from backfill_lib.intake.names import respell_request
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.intake.rule_checks import check_rules
@@ -164,7 +164,8 @@ def _catalog_spelling(spark: SparkSession, name: str) -> str | None:
 
 def check_marts_writable(spark: SparkSession, request: BackfillRequest, request_path: str) -> None:
     """Refuse a request whose existing mart has a table property under which Delta would refuse its publishing
-    commit (``delta.appendOnly = true``), at intake rather than after the target published. A mart that does not
+    commit (``delta.appendOnly = true``, a writer feature this Delta does not support, ...), at intake rather than
+    after the target published. A mart that does not
     exist is left to its own plan.
 
     Raises
@@ -174,9 +175,8 @@ def check_marts_writable(spark: SparkSession, request: BackfillRequest, request_
     """
     for i, mart in enumerate(request.marts):
         if table_exists(spark, mart.table):
-            properties, _ = live_metadata(spark, mart.table)
             check_writable(f"{request_path}: field 'marts.{i}.table': table {mart.table}", mart.table,
-                           write_blockers_of(properties))
+                           live_table_blockers(spark, mart.table))
 
 
 def _own_locations(spark: SparkSession, settings: Settings) -> dict[str, tuple[str, str]]:

@@ -25,8 +25,11 @@ def staged_total(plan: BackfillPlan, staged: dict[str, int | None] | None) -> in
 
 def merge_keys(plan: BackfillPlan) -> tuple[str, ...]:
     """The columns the MERGE matches rows on: the request's keys and the range's column(s) (so a key that moves
-    to another partition is a delete and an insert, as the diff counts it)."""
-    return tuple(dict.fromkeys([*plan.request.keys, *plan.range_columns]))
+    to another partition is a delete and an insert, as the diff counts it), and the target's IDENTITY columns:
+    Delta refuses to update one (``DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED``, even to the same value), so a
+    row whose IDENTITY value changed is a delete and an insert of the staged row too, and a matched row's
+    update sets every other column."""
+    return tuple(dict.fromkeys([*plan.request.keys, *plan.range_columns, *(c.name for c in plan.target_identity)]))
 
 
 def partitioned_by(plan: BackfillPlan) -> str:
@@ -46,6 +49,14 @@ def layout_clause(plan: BackfillPlan) -> str:
 def null_safe_keys(keys: tuple[str, ...]) -> str:
     """``t.k <=> s.k AND ...``: a MERGE's match on ``keys``."""
     return " AND ".join(f"t.{quote_ident(k)} <=> s.{quote_ident(k)}" for k in keys)
+
+
+def patch_match_columns(plan: BackfillPlan) -> tuple[str, ...]:
+    """The columns a patch's MERGE matches rows on: the request's keys, then the target's IDENTITY columns that
+    are not keys. Delta refuses to update an IDENTITY column (even to its value), so a matched row's update sets
+    every other column, and a staged row whose IDENTITY value differs from its key's row in the target replaces
+    that row (a delete and an insert in the same MERGE, :meth:`backfill_lib.strategies.patch.Patch.publish`)."""
+    return tuple(dict.fromkeys([*plan.request.keys, *(c.name for c in plan.target_identity)]))
 
 
 class StrategyKind:
@@ -147,11 +158,14 @@ class RebuildKind(StrategyKind):
                 f"AS SELECT * FROM {plan.staging_table}")
 
     def describe(self, plan: BackfillPlan) -> str:
+        kept = "".join(f"; IDENTITY column {c.name} keeps its values, its definition (START WITH {c.start} "
+                       f"INCREMENT BY {c.step}) and a high-water mark at or past every number it holds"
+                       for c in plan.target_identity if not c.always and c.start is not None)
         return (
             f"rebuild: the whole table is re-created from {plan.request.source.sql} (new logic or schema) into "
             f"staging, then swapped in by one CREATE OR REPLACE TABLE ... AS SELECT commit; history is kept, so "
             f"RESTORE to version {plan.target_version} undoes it; readers see the old or the new table, never neither. "
-            f"All {len(plan.partitions):,} current partitions are touched"
+            f"All {len(plan.partitions):,} current partitions are touched{kept}"
         )
 
 
@@ -177,8 +191,9 @@ class PatchKind(StrategyKind):
              else before[quote_ident(c)]).alias(c) for c in before.columns])
 
     def merge_condition(self, plan: BackfillPlan, shown: int | None = None) -> str:
-        """The MERGE's ``ON``: the null-safe keys and the planned partitions and ``target.where`` of the target ``t``."""
-        return f"{null_safe_keys(plan.request.keys)} AND {plan.predicate(qualifier='t', shown=shown)}"
+        """The MERGE's ``ON``: the null-safe keys (and the target's IDENTITY columns, :func:`patch_match_columns`)
+        and the planned partitions and ``target.where`` of the target ``t``."""
+        return f"{null_safe_keys(patch_match_columns(plan))} AND {plan.predicate(qualifier='t', shown=shown)}"
 
     def publish_statement(self, plan: BackfillPlan, shown: int | None = None) -> str:
         return f"MERGE INTO {plan.target_table} t USING staged s ON {self.merge_condition(plan, shown)}"

@@ -3,12 +3,15 @@ write (item 6), names in another case (item 9). Every refusal is exit 2 before a
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from backfill_lib.cli import main
 from backfill_lib.ledger import Ledger
 from tests.conftest import write_request
-from tests.fixtures import FULL_SOURCE, events_request, make_events
+from tests.fixtures import D9, EVENTS_SCHEMA, FULL_SOURCE, events_request, make_events
 
 
 def _error(capsys) -> str:
@@ -105,6 +108,163 @@ def test_an_append_only_mart_is_refused_before_the_target_publishes(spark, db, t
         f"MERGE or CREATE OR REPLACE); unset it first (ALTER TABLE {db}.events_monthly UNSET TBLPROPERTIES "
         "('delta.appendOnly')) or backfill another table")
     assert _versions(spark, f"{db}.events") == before
+
+
+def _log_dir(spark, table: str) -> Path:
+    """The ``_delta_log`` folder of local Delta table ``table``."""
+    location = spark.sql(f"DESCRIBE DETAIL {table}").first()["location"]
+    return Path(location[len("file:"):] if location.startswith("file:") else location) / "_delta_log"
+
+
+def _commit_by_hand(spark, table: str, *actions: dict) -> Path:
+    """Append a commit holding ``actions`` to ``table``'s Delta log, as a writer this session's Delta is not (a
+    newer Delta Lake, another engine) would: the table's next version. Returns the log folder."""
+    log = _log_dir(spark, table)
+    version = max(int(p.name[:20]) for p in log.glob("*.json")) + 1
+    (log / f"{version:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    return log
+
+
+def _latest_metadata(spark, table: str) -> dict:
+    """The ``metaData`` action that defines ``table`` at its latest version (read from its JSON commits)."""
+    found = None
+    for commit in sorted(_log_dir(spark, table).glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            found = action if "metaData" in action else found
+    return found
+
+
+def test_write_blockers_name_what_delta_would_refuse():
+    from backfill_lib.core.table_state import uniform_blockers, unsupported_feature_blockers, write_blockers_of
+
+    assert write_blockers_of({"delta.appendOnly": "false", "delta.enableChangeDataFeed": "true"}) == ()
+    (blocker,) = write_blockers_of({"Delta.AppendOnly": " TRUE "})  # compared as Delta does, named as set
+    assert blocker.what == "table property Delta.AppendOnly =  TRUE "
+    # Delta compares feature names case-insensitively; only the unknown ones are named, sorted
+    assert unsupported_feature_blockers(["appendOnly", "DeletionVectors"], ["appendonly", "deletionvectors"]) == ()
+    (blocker,) = unsupported_feature_blockers(["zeta", "appendOnly", "alpha"], ["appendonly"], "Delta Lake 9.9")
+    assert blocker.message("table db.t", "db.t") == (
+        "table db.t has writer table features alpha, zeta: Delta Lake 9.9 does not support them, and Delta refuses "
+        "any commit to a table that requires a writer feature it does not support (publishing a backfill is one "
+        "commit); run the backfill with a Delta Lake release that supports them, or backfill another table")
+    loaded = {"org.apache.spark.sql.delta.hudi.HudiConverter"}
+    found = uniform_blockers({"delta.universalFormat.enabledFormats": "hudi, iceberg"}, loaded.__contains__)
+    assert [b.what for b in found] == ["table property delta.universalFormat.enabledFormats = hudi, iceberg"]
+    assert "lacks Delta's iceberg converter" in found[0].why
+    assert uniform_blockers({"delta.universalFormat.enabledFormats": "iceberg"}, lambda cls: True) == ()
+
+
+def test_a_writer_feature_this_delta_does_not_support_is_refused_naming_it(spark, db, tmp_path, capsys):
+    """A table a newer Delta Lake wrote, requiring a writer feature this one does not know: Delta 4.4 reads it but
+    refuses every commit (DELTA_UNSUPPORTED_FEATURES_FOR_WRITE), which used to surface at publish, after staging,
+    as "unexpected Py4JJavaError"."""
+    make_events(spark, db, FULL_SOURCE)
+    _commit_by_hand(spark, f"{db}.events", {"protocol": {
+        "minReaderVersion": 1, "minWriterVersion": 7,
+        "writerFeatures": ["appendOnly", "invariants", "futureWriterFeature", "anotherFeature"]}})
+    before = _versions(spark, f"{db}.events")
+    path = events_request(tmp_path, db)
+    for command in ("plan", "run"):
+        assert main([command, str(path)]) == 2
+        assert _error(capsys) == (
+            f"error: table {db}.events has writer table features anotherFeature, futureWriterFeature: Delta Lake "
+            "4.4.0 of this session does not support them, and Delta refuses any commit to a table that requires a "
+            "writer feature it does not support (publishing a backfill is one commit); run the backfill with a "
+            "Delta Lake release that supports them, or backfill another table")
+    assert _versions(spark, f"{db}.events") == before
+    assert spark.table(f"{db}.events").where("v >= 10").count() == 0  # nothing staged into it either
+
+
+def test_a_mart_with_an_unsupported_writer_feature_is_refused_before_the_target_publishes(spark, db, tmp_path,
+                                                                                          capsys):
+    from tests.fixtures import make_monthly, with_mart
+
+    make_events(spark, db, FULL_SOURCE)
+    make_monthly(spark, db)
+    _commit_by_hand(spark, f"{db}.events_monthly", {"protocol": {
+        "minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["appendOnly", "invariants", "futureFeature"]}})
+    before = _versions(spark, f"{db}.events")
+    path = with_mart(tmp_path, db)
+    assert main(["run", str(path)]) == 2
+    assert _error(capsys) == (
+        f"error: {path}: field 'marts.0.table': table {db}.events_monthly has writer table feature futureFeature: "
+        "Delta Lake 4.4.0 of this session does not support it, and Delta refuses any commit to a table that "
+        "requires a writer feature it does not support (publishing a backfill is one commit); run the backfill with "
+        "a Delta Lake release that supports it, or backfill another table")
+    assert _versions(spark, f"{db}.events") == before
+
+
+def test_a_reader_feature_this_delta_does_not_support_is_refused_naming_it(spark, db, tmp_path, capsys):
+    """Delta 4.4 cannot even read such a table: intake used to crash with "unexpected Py4JJavaError" (tableExists)."""
+    make_events(spark, db, FULL_SOURCE)
+    log = _commit_by_hand(spark, f"{db}.events", {"protocol": {
+        "minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["futureReaderFeature"],
+        "writerFeatures": ["appendOnly", "invariants", "futureReaderFeature"]}})
+    commits = sorted(p.name for p in log.glob("*.json"))
+    path = events_request(tmp_path, db)
+    for command in ("plan", "run"):
+        assert main([command, str(path)]) == 2
+        assert _error(capsys) == (
+            f"error: table {db}.events has reader table feature futureReaderFeature: Delta Lake 4.4.0 of this "
+            "session does not support it, and Delta refuses to read or write a table that requires a reader feature "
+            "it does not support; run the backfill with a Delta Lake release that supports it, or backfill another "
+            "table")
+    assert sorted(p.name for p in log.glob("*.json")) == commits  # no version written
+
+
+def test_a_uniform_iceberg_table_without_the_converter_is_refused_naming_the_property(spark, db, tmp_path, capsys):
+    """UniForm (``delta.universalFormat.enabledFormats = iceberg``) needs Delta's Iceberg converter on the
+    classpath: without delta-iceberg, Delta 4.4 refuses every commit (DELTA_MISSING_ICEBERG_CLASS). The session
+    cannot create such a table for the same reason, so the property is committed by hand, as a session with
+    delta-iceberg would have set it."""
+    spark.createDataFrame([(1, D9, 1), (2, D9, 2)], "id INT, dt DATE, v INT").createOrReplaceTempView("rows")
+    spark.sql(f"CREATE TABLE {db}.events USING delta PARTITIONED BY (dt) TBLPROPERTIES ("
+              "'delta.columnMapping.mode' = 'name', 'delta.enableIcebergCompatV2' = 'true') AS SELECT * FROM rows")
+    spark.createDataFrame([(1, D9, 1), (2, D9, 2)], EVENTS_SCHEMA).write.format("delta").partitionBy("dt") \
+        .saveAsTable(f"{db}.events_src")
+    metadata = _latest_metadata(spark, f"{db}.events")
+    metadata["metaData"]["configuration"]["delta.universalFormat.enabledFormats"] = "iceberg"
+    _commit_by_hand(spark, f"{db}.events", metadata)
+    before = _versions(spark, f"{db}.events")
+    path = events_request(tmp_path, db)
+    assert main(["run", str(path)]) == 2
+    assert _error(capsys) == (
+        f"error: table {db}.events has table property delta.universalFormat.enabledFormats = iceberg: Delta refuses "
+        "every commit to a UniForm iceberg table unless it can convert it, and this session's classpath lacks "
+        "Delta's iceberg converter (org.apache.spark.sql.delta.icebergShaded.IcebergConverter, from the "
+        "delta-iceberg package); run the backfill in a session with delta-iceberg installed, or backfill another "
+        "table")
+    assert _versions(spark, f"{db}.events") == before
+
+
+def test_a_rebuild_of_a_row_tracking_table_leaves_delta_its_own_properties(spark, settings, db, tmp_path):
+    """Row tracking keeps its hidden columns' names as table properties Delta refuses to be given
+    (DELTA_UNKNOWN_CONFIGURATION): the rebuild, which copies the table's properties into its CREATE OR REPLACE,
+    crashed at publish; Delta keeps them across the swap itself."""
+    from chispa import assert_df_equality
+
+    from backfill_lib.runner import prepare
+    from tests.conftest import quiet_runner
+    from tests.fixtures import FULL_EXPECTED
+
+    make_events(spark, db, FULL_SOURCE)
+    spark.sql(f"ALTER TABLE {db}.events SET TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
+    owned = {k: v for k, v in spark.sql(f"DESCRIBE DETAIL {db}.events").first()["properties"].items()
+             if k.startswith("delta.rowTracking.")}
+    assert sorted(owned) == ["delta.rowTracking.materializedRowCommitVersionColumnName",
+                             "delta.rowTracking.materializedRowIdColumnName"]
+    (tmp_path / "all.sql").write_text(f"SELECT id, dt, v * 10 AS v FROM {db}.events_src")
+    path = write_request(tmp_path / "rebuild.yml", owner="ana@example.com", reason="TEST-43: rebuild",
+                         strategy="rebuild", target={"table": f"{db}.events", "partition_column": "dt", "grain": "day"},
+                         time_zone="UTC", source={"sql": str(tmp_path / "all.sql")}, keys=["id"])
+    plan, state = prepare(spark, settings, path)
+    assert quiet_runner(spark, settings).run(plan, state).status == "published"
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(FULL_EXPECTED, EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+    properties = spark.sql(f"DESCRIBE DETAIL {db}.events").first()["properties"]
+    assert properties["delta.enableRowTracking"] == "true"
+    assert {k: v for k, v in properties.items() if k.startswith("delta.rowTracking.")} == owned
 
 
 # ---------------------------------------------------------------- item 9: names in another case
