@@ -163,11 +163,11 @@ def _ledger(settings: Settings, spark):
     return Ledger(spark, settings.ledger_schema)
 
 
-def status_source(settings: Settings, spark=None):
+def status_source(settings: Settings, spark=None, *, by_path: bool = True):
     """Where ``status`` reads the ledger: its files (:func:`~backfill_lib.ledger.files.ledger_files`: the embedded
-    default, no JVM, answers beside a running run) unless a session is handed in or the catalog is another; else
-    the ledger through Spark (``spark``: a session, or a function that makes one)."""
-    if spark is None or callable(spark):
+    default, no JVM, answers beside a running run) unless ``by_path`` is false, a session is handed in or the
+    catalog is another; else the ledger through Spark (``spark``: a session, or a function that makes one)."""
+    if by_path and (spark is None or callable(spark)):
         from backfill_lib.ledger.files import ledger_files
 
         files = ledger_files(settings)
@@ -186,15 +186,27 @@ def status(run_id: str | None = None, *, settings: Settings | None = None, spark
     Raises :class:`~backfill_lib.core.errors.RunNotFoundError` for a run the ledger does not have."""
     from backfill_lib.report.status import run_list, run_status
 
-    source = status_source(settings or load_settings(), spark)
-    return run_list(source) if run_id is None else run_status(source, run_id)
+    return _read_status(settings, spark, lambda source: run_list(source) if run_id is None
+                        else run_status(source, run_id))
 
 
 def status_document(run_id: str | None = None, *, settings: Settings | None = None, spark=None):
     """``backfill status --json``: :class:`~backfill_lib.report.documents.StatusDocument`."""
     from backfill_lib.report.status import status_document as document
 
-    return document(status_source(settings or load_settings(), spark), run_id)
+    return _read_status(settings, spark, lambda source: document(source, run_id))
+
+
+def _read_status(settings: Settings | None, spark, read):
+    """``read(source)`` on :func:`status_source`'s source; again through Spark when the ledger's files could not
+    be read by path."""
+    from backfill_lib.ledger.files import LedgerFilesUnreadable
+
+    settings = settings or load_settings()
+    try:
+        return read(status_source(settings, spark))
+    except LedgerFilesUnreadable:
+        return read(status_source(settings, spark, by_path=False))
 
 
 def history_table(table: str) -> str:

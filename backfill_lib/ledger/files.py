@@ -45,6 +45,11 @@ def ledger_files(settings: Settings) -> LedgerFiles | None:
     return LedgerFiles(settings.warehouse_dir, parts[0], settings.ledger_schema)
 
 
+class LedgerFilesUnreadable(Exception):
+    """delta-rs could not read a ledger table (a table feature it does not support, a damaged log): the caller
+    reads the ledger through Spark instead."""
+
+
 def _local(value):
     """A timestamp of delta-rs (aware, UTC) as pyspark gives it (naive, local time); anything else as it is."""
     if isinstance(value, datetime) and value.tzinfo is not None:
@@ -70,9 +75,12 @@ class LedgerFiles:
         import pyarrow.compute as pc
         from deltalake import DeltaTable
 
-        dataset = DeltaTable(str(path)).to_pyarrow_dataset()
-        wanted = None if columns is None else [c for c in columns if c in dataset.schema.names]
-        found = dataset.to_table(columns=wanted, filter=None if run_id is None else pc.field("run_id") == run_id)
+        try:
+            dataset = DeltaTable(str(path)).to_pyarrow_dataset()
+            wanted = None if columns is None else [c for c in columns if c in dataset.schema.names]
+            found = dataset.to_table(columns=wanted, filter=None if run_id is None else pc.field("run_id") == run_id)
+        except Exception as exc:  # delta-rs and arrow raise their own types; any of them means "read it with Spark"
+            raise LedgerFilesUnreadable(f"{path}: {exc}") from exc
         return [{k: _local(v) for k, v in row.items()} for row in found.to_pylist()]
 
     @staticmethod

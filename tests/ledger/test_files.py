@@ -11,7 +11,7 @@ import pytest
 from backfill_lib.core.errors import RunNotFoundError
 from backfill_lib.core.settings import Settings
 from backfill_lib.ledger import Ledger
-from backfill_lib.ledger.files import LedgerFiles, ledger_files
+from backfill_lib.ledger.files import LedgerFiles, LedgerFilesUnreadable, ledger_files
 
 
 def test_runs_partitions_and_staging_read_from_the_files_equal_the_spark_reads(spark, settings, db):
@@ -79,3 +79,19 @@ def test_the_files_are_read_only_where_the_embedded_default_keeps_them(tmp_path,
     assert (found is not None) == by_path
     if by_path:
         assert found.folder == tmp_path.resolve() / "warehouse" / "backfill_ledger.db"
+
+
+def test_a_ledger_delta_rs_cannot_read_is_read_through_spark(spark, settings, db):
+    from backfill_lib.api import status
+
+    ledger = Ledger(spark, db)
+    ledger.ensure()
+    ledger.record_run({"run_id": "r1", "target_table": "s.events"}, "planned")
+    ledger.flush()
+    # a checkpoint hint without its checkpoint: delta-rs refuses the table, Spark's Delta lists the log instead
+    hint = settings.warehouse_dir / f"{db}.db" / "runs" / "_delta_log" / "_last_checkpoint"
+    hint.write_text('{"version": 1, "size": 2}\n')
+    with pytest.raises(LedgerFilesUnreadable, match="runs: .*checkpoint"):
+        LedgerFiles(settings.warehouse_dir, db).latest_runs()
+    shown = status(settings=settings.model_copy(update={"ledger_schema": db}), spark=None)
+    assert [(r["run_id"], r["status"]) for r in shown.runs] == [("r1", "planned")]
