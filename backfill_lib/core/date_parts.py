@@ -74,7 +74,7 @@ def parts_predicate(columns: tuple[str, ...], partitions: list[Partition], grain
     ``grain``): one conjunction per run of consecutive values under the same wider parts, ORed, e.g.
     ``((`y` = 2024 AND `m` = 2 AND `d` BETWEEN 27 AND 29) OR (`y` = 2024 AND `m` = 3 AND `d` = 1))``.
     ``qualifier``: a table alias. ``partitions`` must not be empty: plans build their predicates through
-    :func:`~backfill_lib.core.partitions.partitions_predicate`, which refuses an empty list."""
+    :func:`~backfill_lib.core.predicates.partitions_predicate`, which refuses an empty list."""
     cols = [(f"{qualifier}." if qualifier else "") + quote_ident(c) for c in columns]
     values = sorted({values_of(p, grain, time_zone) for p in partitions})
     terms = []

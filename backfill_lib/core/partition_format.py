@@ -30,6 +30,7 @@ from datetime import date, datetime, timedelta, timezone
 from functools import lru_cache
 
 from backfill_lib.core.errors import PartitionError
+from backfill_lib.core.zones import zone
 
 _LETTERS = {"y": "year", "u": "year", "M": "month", "d": "day", "H": "hour", "m": "minute", "s": "second",
             "X": "offset", "x": "offset", "Z": "offset"}
@@ -102,8 +103,6 @@ class PartitionFormat:
         """The string of the partition starting at ``start`` (a ``date``, or for hours an aware ``datetime``
         shown in ``time_zone``), as Spark's ``date_format`` renders it."""
         if isinstance(start, datetime):
-            from backfill_lib.core.partitions import zone
-
             local = start.astimezone(zone(time_zone))
             offset = local.utcoffset() or timedelta(0)
         else:
@@ -179,8 +178,6 @@ class PartitionFormat:
             return None
         if offset is not None:
             return local.replace(tzinfo=timezone(offset)).astimezone(timezone.utc)
-        from backfill_lib.core.partitions import zone
-
         return local.replace(tzinfo=zone(time_zone)).astimezone(timezone.utc)  # fold 0: the first of a repeated hour
 
 

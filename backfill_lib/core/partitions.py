@@ -31,10 +31,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from backfill_lib.core.errors import PartitionError
 from backfill_lib.core.partition_format import PartitionFormat
+from backfill_lib.core.zones import zone
 
 
 class Grain(str, enum.Enum):
@@ -61,14 +62,6 @@ class Partition:
     start: date | datetime
     end: date | datetime
     key: str
-
-
-def zone(name: str) -> ZoneInfo:
-    """Return the IANA zone ``name``; raise :class:`PartitionError` naming it when unknown."""
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise PartitionError(f"unknown time zone '{name}'") from exc
 
 
 def _first_of_next_month(day: date) -> date:
@@ -482,36 +475,6 @@ def keys_predicate(column: str, keys: list[str], qualifier: str = "", shown: int
     if shown is not None and len(literals) > 2 * shown:
         literals = [*literals[:shown], f"... {len(literals) - 2 * shown:,} more ...", *literals[-shown:]]
     return f"({col} IN ({', '.join(literals)}))"
-
-
-def partitions_predicate(column: str, partitions: list[Partition], qualifier: str = "", formatted: bool = False,
-                         shown: int | None = None, *, parts: tuple[str, ...] = (), grain: Grain | None = None,
-                         time_zone: str = "UTC", wall_clock: bool = False) -> str:
-    """The SQL predicate selecting exactly ``partitions`` of ``column`` (an OR of contiguous ranges; for a
-    ``formatted`` string column, the keys: :func:`keys_predicate`). ``qualifier``: a table alias.
-
-    With integer date-part columns ``parts`` (widest first, those of ``grain``; ``column`` is then their label),
-    the predicate on those columns: :func:`backfill_lib.core.date_parts.parts_predicate` (an hour's values in
-    ``time_zone``'s wall clock). ``wall_clock``: hours of a ``TIMESTAMP_NTZ`` column (:func:`wall_hours_predicate`).
-
-    Raises
-    ------
-    PartitionError
-        When ``partitions`` is empty: an empty predicate would scope nothing, so it is never produced.
-    """
-    if not partitions:
-        raise PartitionError("no partitions to build a predicate for")
-    if parts:
-        from backfill_lib.core.date_parts import parts_predicate  # date_parts builds on this module
-
-        return parts_predicate(parts, partitions, grain, time_zone, qualifier)
-    if formatted:
-        return keys_predicate(column, [p.key for p in sorted(partitions)], qualifier, shown)
-    if wall_clock:
-        return wall_hours_predicate(column, partitions, time_zone, qualifier)
-    runs = contiguous_runs(partitions)
-    parts = [f"({range_predicate(column, s, e, qualifier)})" for s, e in runs]
-    return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
 
 
 def repeated_keys(partitions: list[Partition]) -> list[tuple[str, list[Partition]]]:

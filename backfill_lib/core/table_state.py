@@ -7,10 +7,45 @@ read these values, so they need no Spark.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import date, datetime, timedelta
 
-if TYPE_CHECKING:
-    from backfill_lib.core.file_ranges import FileRange
+#: Delta truncates timestamp statistics to milliseconds; a file's true maximum is below ``max + 1 ms``.
+STATS_TIMESTAMP_PRECISION = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """One data file of the log and the values of the range's column in it.
+
+    ``low`` and ``high`` are the column's ``minValues`` and ``maxValues`` (inclusive): ``date`` for a ``DATE``
+    column, an aware UTC ``datetime`` for a ``TIMESTAMP`` one (truncated to milliseconds by Delta); both
+    ``None`` when the file has no statistics for the column (its values are unknown). ``rows`` is the file's
+    ``numRecords`` less its deletion vector's rows, ``None`` without statistics. ``nulls`` is the column's
+    ``nullCount`` (rows in no partition; ``None``: unknown).
+    """
+
+    path: str
+    bytes: int
+    rows: int | None
+    low: date | datetime | None
+    high: date | datetime | None
+    nulls: int | None = 0
+
+    @property
+    def has_stats(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    def reach(self, timestamps: bool) -> date | datetime:
+        """The exclusive upper bound of the file's values: past ``high`` by a day (dates) or by the millisecond
+        Delta truncated (timestamps)."""
+        return self.high + (STATS_TIMESTAMP_PRECISION if timestamps else timedelta(days=1))
+
+    def rows_within(self, start, end, timestamps: bool) -> int | None:
+        """The file's rows when every one of them lies in ``[start, end)`` (its min/max inside, no NULL in the
+        column, its row count known), else ``None``: the file's rows there are unknown."""
+        if not self.has_stats or self.rows is None or self.nulls != 0:
+            return None
+        return self.rows if self.low >= start and self.reach(timestamps) <= end else None
 
 
 @dataclass(frozen=True)
@@ -222,7 +257,7 @@ class TableState:
     constraints: tuple[Constraint, ...] = ()
     column_mapping: str = "none"
     clustering_columns: tuple[str, ...] = ()
-    files: "tuple[FileRange, ...] | None" = None
+    files: tuple[FileRange, ...] | None = None
     generated: tuple[GeneratedColumn, ...] = ()
     write_blockers: "tuple[WriteBlocker, ...]" = ()
     identity: tuple[IdentityColumn, ...] = ()

@@ -11,7 +11,7 @@ from backfill_lib.intake.schema_guard import changes_line
 from backfill_lib.plan.generated import generated_line
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.core.staging_mode import PINNED
-from backfill_lib.strategies.kinds import kind_for
+from backfill_lib.plan.kinds import kind_for
 
 #: Longer partition lists show this many rows from each end.
 EDGE_ROWS = 10

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
 from datetime import date, datetime
+from typing import Any, Callable
 
 from backfill_lib.core.errors import PartitionError
 from backfill_lib.core.partition_keys import PartitionKeys
@@ -17,8 +17,8 @@ from backfill_lib.core.partitions import (
     Partition,
     RowFilter,
     partition_of_key,
-    partitions_predicate,
 )
+from backfill_lib.core.predicates import partitions_predicate
 from backfill_lib.core.selection import Selection
 from backfill_lib.core.table_state import PartitionStats
 from backfill_lib.intake.request import BackfillRequest, Strategy

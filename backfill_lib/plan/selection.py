@@ -30,7 +30,7 @@ from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_names import same_location, same_table_key
 from backfill_lib.plan.builder import check_selectable, select_partitions
 from backfill_lib.plan.model import BackfillPlan, PlannedPartition, SourceVersion
-from backfill_lib.plan.source_pins import read_files
+from backfill_lib.plan.source_changes import read_files
 from backfill_lib.ledger import Ledger
 
 

@@ -17,6 +17,7 @@ from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.intake.sources import check_query, read_sql, refuse_escapes
 from backfill_lib.intake.sql_text import wrap_query
 from backfill_lib.plan.model import SourceInput
+from backfill_lib.plan.source_pins import pinned_sql
 
 
 def source_frame(
@@ -42,8 +43,6 @@ def source_frame(
         When the file is not one query, does not parse or analyse, or uses a forbidden construct; the message names
         the file and Spark's first message line.
     """
-    from backfill_lib.plan.source_pins import pinned_sql  # source_pins reads the source SQL through this module
-
     where = str(request.source.sql)
     body = check_query(spark, read_sql(request.source.sql), where)
     text = wrap_query(pinned_sql(spark, body if rewrite is None else rewrite(body), versions))

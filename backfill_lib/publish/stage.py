@@ -29,7 +29,8 @@ from backfill_lib.core.progress import Reporter
 from backfill_lib.core.retry import with_conflict_retry
 from backfill_lib.core.settings import Settings
 from backfill_lib.plan.model import BackfillPlan, Implementation
-from backfill_lib.plan.source_pins import describe_pins, source_changes
+from backfill_lib.plan.source_changes import source_changes
+from backfill_lib.plan.source_pins import describe_pins
 from backfill_lib.publish.commit import committed_version
 from backfill_lib.publish.release import check_protected, check_rollback_ready, rollback_until
 from backfill_lib.publish.rollback import Rollback

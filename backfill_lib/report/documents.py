@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from backfill_lib.core.checks import Check
 from backfill_lib.plan.model import BackfillPlan, plan_from_summary
 from backfill_lib.report.render import PartitionRow
-from backfill_lib.strategies.kinds import kind_for
+from backfill_lib.plan.kinds import kind_for
 
 #: bumped only by a removal, rename or change of meaning (module docstring)
 SCHEMA_VERSION = 1
@@ -260,7 +260,7 @@ def partition_rows(plan_json: dict, rows: dict[str, int | None], diffs: dict[str
                    checks: tuple[Check, ...]) -> tuple[PartitionRow, ...]:
     """The report's partition lines, in key order: rows before and rows after over the same scope, every row of
     the partition (before: the plan's Delta-log rows; after: as publishing leaves it, asked of the strategy,
-    :meth:`~backfill_lib.strategies.kinds.StrategyKind.rows_after`, from ``rows``, the staged rows, and the
+    :meth:`~backfill_lib.plan.kinds.StrategyKind.rows_after`, from ``rows``, the staged rows, and the
     diff), the diff counts and the gate (``failed`` when a failed check names the partition)."""
     failed = {c.partition for c in checks if not c.success}
     before_rows = plan_json.get("current_rows", {})

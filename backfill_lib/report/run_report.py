@@ -44,7 +44,7 @@ from backfill_lib.run.cleanup import staging_exists
 from backfill_lib.ledger import Ledger
 from backfill_lib.run.staging import pinned
 from backfill_lib.run.staging import staged_rows as read_staged_rows
-from backfill_lib.strategies.kinds import kind_for
+from backfill_lib.plan.kinds import kind_for
 from backfill_lib.validate.reconcile import metric_per_partition
 
 
@@ -63,13 +63,13 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
                   staging_there: bool | None = None, diffs: dict[str, dict] | None = None) -> tuple[MetricPoint, ...]:
     """``metric`` per partition over the same rows before and after: every row of the partition, on the target
     as the plan saw it and as publishing the run's staging table leaves it (the strategy's
-    :meth:`~backfill_lib.strategies.kinds.StrategyKind.as_published`; ``staging_there``: whether that table
+    :meth:`~backfill_lib.plan.kinds.StrategyKind.as_published`; ``staging_there``: whether that table
     exists, if the caller knows; ``None``: asked here when needed).
 
     A row count (``count(*)``) is not recomputed when both sides are known: before from the plan's Delta-log
     rows, after from ``staged_rows`` (the ledger's staged rows per partition, counted in the staging
     table when each batch was written) and ``diffs`` (the ledger's diff rows by partition), as
-    :meth:`~backfill_lib.strategies.kinds.StrategyKind.rows_after` counts them. Otherwise both tables are scanned.
+    :meth:`~backfill_lib.plan.kinds.StrategyKind.rows_after` counts them. Otherwise both tables are scanned.
     """
     planned = plan_from_summary(plan)
     before_rows = plan.get("current_rows") or {}

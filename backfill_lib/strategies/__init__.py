@@ -4,7 +4,7 @@ Every strategy stages into the run's own staging table first; publishing is alwa
 target, scoped by the plan (a partition predicate, the whole table for a rebuild, or a MERGE condition that
 carries the range as a literal). No strategy overwrites without a predicate.
 
-:mod:`backfill_lib.strategies.kinds` holds what the plan needs of a strategy (traits, dry-run text) and is pure;
+:mod:`backfill_lib.plan.kinds` holds what the plan needs of a strategy (traits, dry-run text) and is pure;
 the implementations need Spark, so :func:`strategy_for` imports them when first asked (importing this package,
 or its ``kinds``, imports no pyspark).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import cache
 
 from backfill_lib.intake.request import PublishMode, Strategy
-from backfill_lib.strategies.kinds import StrategyKind, kind_for
+from backfill_lib.plan.kinds import StrategyKind, kind_for
 
 __all__ = ["StrategyKind", "implementation", "kind_for", "strategy_for"]
 

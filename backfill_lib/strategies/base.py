@@ -16,7 +16,7 @@ from backfill_lib.intake.schema_guard import ColumnCast, align
 from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.run.staging import StagingTable, check_reserved_column, stage_batch
 from backfill_lib.strategies.commit_check import Published, Written, verify_commit
-from backfill_lib.strategies.kinds import StrategyKind
+from backfill_lib.plan.kinds import StrategyKind
 from backfill_lib.validate.fingerprints import partition_fingerprints, staged_fingerprints
 
 

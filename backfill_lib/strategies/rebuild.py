@@ -32,7 +32,7 @@ from backfill_lib.publish.commit import check_fence, find_version, idempotent_co
 from backfill_lib.run.staging import staging_properties
 from backfill_lib.strategies.base import StrategyImpl, verify_partitions
 from backfill_lib.strategies.commit_check import Published
-from backfill_lib.strategies.kinds import RebuildKind, layout_clause
+from backfill_lib.plan.kinds import RebuildKind, layout_clause
 
 #: Table properties Delta maintains and refuses to be given: the highest column ID of a column-mapped table
 #: (``DELTA_CANNOT_MODIFY_TABLE_PROPERTY``) and the hidden columns a table with row tracking materializes its row

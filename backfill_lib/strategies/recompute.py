@@ -12,7 +12,7 @@ from backfill_lib.publish.commit import check_fence, find_version, publish_optio
 from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies.base import StrategyImpl
 from backfill_lib.strategies.commit_check import Published, observed, written
-from backfill_lib.strategies.kinds import RecomputeKind
+from backfill_lib.plan.kinds import RecomputeKind
 
 
 class Recompute(RecomputeKind, StrategyImpl):

@@ -25,9 +25,7 @@ SPARK_INTAKE = ("backfill_lib.intake.sources", "backfill_lib.intake.rule_checks"
                 "backfill_lib.intake.where_check")
 #: the pure modules of plan (the other plan modules read table state through the adapters)
 PURE_PLAN = ("backfill_lib.plan", "backfill_lib.plan.model", "backfill_lib.plan.builder", "backfill_lib.plan.explain",
-             "backfill_lib.plan.generated")
-#: what the plan needs of a strategy (traits, dry-run text), pure; the implementations need Spark
-PURE_STRATEGIES = ("backfill_lib.strategies.kinds", "backfill_lib.strategies.change_feed")
+             "backfill_lib.plan.generated", "backfill_lib.plan.kinds", "backfill_lib.plan.change_feed")
 
 
 def module_files() -> dict[str, Path]:
@@ -91,7 +89,7 @@ class Rule:
 
 
 def only(*stages: str):
-    """Allowed: the module's own stage and the stages (or modules, written dotted: ``strategies.kinds``) named."""
+    """Allowed: the module's own stage and the stages (or modules, written dotted: ``plan.kinds``) named."""
     return lambda module, imported: stage(imported) == stage(module) or any(
         within(imported, f"backfill_lib.{s}") for s in stages)
 
@@ -119,13 +117,9 @@ RULES = [
     Rule("intake-spark-side", "the Spark-side intake modules (sources, rule_checks) import only core, intake and "
                               "adapters",
          lambda m: m in SPARK_INTAKE, only("core", "intake", "adapters")),
-    Rule("plan-pure", "plan.model, plan.builder and plan.explain import only core, pure intake and the pure strategy kinds (not "
-                      "plan's other modules)",
-         lambda m: m in PURE_PLAN, lambda m, i: pure_of(PURE_PLAN)(m, i) or i in PURE_INTAKE or i in PURE_STRATEGIES),
-    Rule("strategies-pure", "strategies.kinds and strategies.change_feed import only core, pure intake, pure plan "
-                            "and each other",
-         lambda m: m in PURE_STRATEGIES,
-         lambda m, i: pure_of(PURE_STRATEGIES)(m, i) or i in PURE_INTAKE or i in PURE_PLAN),
+    Rule("plan-pure", "plan.model, plan.builder, plan.explain and the strategy kinds (plan.kinds, plan.change_feed) "
+                      "import only core and pure intake (not plan's other modules)",
+         lambda m: m in PURE_PLAN, lambda m, i: pure_of(PURE_PLAN)(m, i) or i in PURE_INTAKE),
     Rule("plan", "the other plan modules import only core, intake, adapters and the ledger (``--only`` reads the "
                  "runs of the same request)",
          lambda m: stage(m) == "plan" and m not in PURE_PLAN, only("core", "intake", "adapters", "ledger")),
@@ -134,9 +128,9 @@ RULES = [
     Rule("validate", "validate does not import publish",
          lambda m: stage(m) == "validate", but_not("publish")),
     Rule("report", "report reads what the stages recorded: it imports core, adapters, intake, the ledger, plan, run, "
-                   "validate and the strategy kinds, never publish or the strategies' execution",
+                   "validate (the strategy kinds are plan's), never publish or the strategies",
          lambda m: stage(m) == "report",
-         only("core", "adapters", "intake", "ledger", "plan", "run", "validate", "strategies.kinds")),
+         only("core", "adapters", "intake", "ledger", "plan", "run", "validate")),
     Rule("strategies", "strategies (how each stages, publishes and verifies) import core, adapters, intake, the "
                        "ledger, plan, run, validate and publish, never report or the runner",
          lambda m: stage(m) == "strategies",

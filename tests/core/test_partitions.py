@@ -10,9 +10,9 @@ from backfill_lib.core.partitions import (
     enumerate_partitions,
     half_open,
     hour_start,
-    partitions_predicate,
     sql_literal,
 )
+from backfill_lib.core.predicates import partitions_predicate
 
 NY = "America/New_York"
 

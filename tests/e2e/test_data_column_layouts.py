@@ -18,7 +18,7 @@ from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.plan.builder import build_plan
 from backfill_lib.plan.explain import layout_line
 from backfill_lib.plan.model import plan_from_summary
-from backfill_lib.strategies.kinds import kind_for
+from backfill_lib.plan.kinds import kind_for
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 UTC = timezone.utc

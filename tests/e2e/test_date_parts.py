@@ -20,7 +20,7 @@ from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.plan.builder import build_plan
 from backfill_lib.plan.explain import explain
 from backfill_lib.plan.model import plan_from_summary
-from backfill_lib.strategies.kinds import kind_for, merge_keys
+from backfill_lib.plan.kinds import kind_for, merge_keys
 from tests.conftest import write_request
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)

@@ -21,14 +21,14 @@ from backfill_lib.core.partitions import (
     enumerate_partitions,
     half_open,
     partition_of_key,
-    partitions_predicate,
 )
+from backfill_lib.core.predicates import partitions_predicate
 from backfill_lib.core.table_state import Column, PartitionStats, TableState
 from backfill_lib.intake.request import BackfillRequest, load_request
 from backfill_lib.plan.builder import build_plan
 from backfill_lib.plan.explain import explain
 from backfill_lib.plan.model import plan_from_summary
-from backfill_lib.strategies.kinds import kind_for
+from backfill_lib.plan.kinds import kind_for
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 UTC = timezone.utc

@@ -18,7 +18,7 @@ from backfill_lib.plan.explain import explain
 from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from backfill_lib.strategies import strategy_for
-from backfill_lib.strategies.change_feed import ChangeRows
+from backfill_lib.plan.change_feed import ChangeRows
 from tests.fixtures import D9, EVENTS_SCHEMA, TARGET_ROWS, events_request, make_events
 
 #: 2024-03-09 of TARGET_ROWS is (3, 3), (4, 4), (5, 5): key 4 changes, key 5 disappears, key 10 appears

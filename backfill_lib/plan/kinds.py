@@ -11,7 +11,7 @@ from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.request import PublishMode, Strategy
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
-from backfill_lib.strategies.change_feed import ChangeRows, describe_change_feed
+from backfill_lib.plan.change_feed import ChangeRows, describe_change_feed
 
 
 def staged_total(plan: BackfillPlan, staged: dict[str, int | None] | None) -> int | None:
