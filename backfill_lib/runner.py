@@ -16,57 +16,35 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.adapters.session import session_time_zone
-from backfill_lib.core.errors import (
-    AbandonedError,
-    CancelledError,
-    GateFailedError,
-    LeaseError,
-    PublishError,
-    RequestError,
-    RolledBackError,
-    failure_message,
-    resumable_failure,
-)
+from backfill_lib.core.errors import CancelledError, LeaseError, PublishError, RequestError, failure_message
 from backfill_lib.core.faults import crash_point
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
+from backfill_lib.core.staging_mode import PINNED
 from backfill_lib.core.table_state import TableState
-from backfill_lib.intake.request import BackfillRequest
-from backfill_lib.intake.schema_guard import changes_line
+from backfill_lib.intake.request import same_request
+from backfill_lib.ledger import Ledger, run_record
 from backfill_lib.plan.model import BackfillPlan, plan_from_summary
 from backfill_lib.plan.prepare import mart_plan, prepare, utc_now
 from backfill_lib.plan.source_pins import pin_sources
-from backfill_lib.core.staging_mode import PINNED, staging_mode
+from backfill_lib.preflight import preflight, staging_preflight, with_staging_mode
 from backfill_lib.publish.commit import committed_version
 from backfill_lib.publish.marts import Release
-from backfill_lib.publish.release import check_protected
 from backfill_lib.publish.results import FINISHED, RunResult
 from backfill_lib.publish.rollback import Rollback
-from backfill_lib.publish.stage import Publish, published_tables
+from backfill_lib.publish.stage import Publish
 from backfill_lib.report.run_report import RunOutcome, ledger_outcome, write_run_report
-from backfill_lib.ledger import Ledger, run_record
 from backfill_lib.run.leases import Leases, confirmed_refusal
+from backfill_lib.run.outcomes import recording_the_end
 from backfill_lib.run.source_check import check_source_schema
 from backfill_lib.run.stage import Staged, stage
 from backfill_lib.run.staging import releasing_pinned
 from backfill_lib.strategies import implementation
 from backfill_lib.validate.diff import diff_rows
 from backfill_lib.validate.stage import Validate, Validated, nothing_changes
-from backfill_lib.validate.suites import load_suite
 
 __all__ = ["Runner", "RunResult", "prepare", "check_source_schema", "failure_message", "FINISHED"]
-
-
-def _same_request(stored: dict, request: BackfillRequest) -> bool:
-    """Whether ``stored`` (a request as the ledger's plan JSON holds it) is ``request``: compared as models, so a
-    field added since with its default (``publish_mode``, ``on_source_change``) does not make a run's own request
-    look like another one."""
-    try:
-        return BackfillRequest.model_validate(stored) == request
-    except ValueError:  # pydantic's ValidationError: a stored field this version no longer knows
-        return False
 
 
 class Runner:
@@ -145,7 +123,7 @@ class Runner:
         known = not plan.run_id_minted and self.ledger.has_run(plan.run_id)
         existing = self.ledger.find_run(plan.run_id) if known else None
         if existing is not None:
-            if not _same_request(json.loads(existing["plan_json"])["request"], plan.request):
+            if not same_request(json.loads(existing["plan_json"])["request"], plan.request):
                 raise RequestError(f"{plan.request_path}: run ID {plan.run_id} already belongs to another request "
                                    f"({existing['request_name']}); choose a new run ID")
             if on_durable:
@@ -153,7 +131,7 @@ class Runner:
             return self.resume(plan.run_id, until=until)
         if plan.source_versions is None:  # a plan not from prepare (a mart's child run): its sources as of now
             plan = replace(plan, source_versions=pin_sources(self.spark, plan.request))
-        plan = self._with_staging_mode(plan, until)
+        plan = with_staging_mode(self.spark, self.settings, self.console, plan, until, implementation)
         leased = not self.concurrent and plan.parent_run_id is None  # a mart's child runs under its parent's lease
         mark = self.leases.take_turn(plan) if leased else None
         with self.ledger.durable():
@@ -163,16 +141,6 @@ class Runner:
             # Confirmed while the first batch reads its source: each batch waits for it before its first write.
             confirmed = self.leases.confirming(plan, self.ledger.recorded(), mark) if leased else None
             return self._execute(plan, record, until, confirmed)
-
-    def _with_staging_mode(self, plan: BackfillPlan, until: str | None) -> BackfillPlan:
-        """``plan`` with the staging mode this run uses (:func:`~backfill_lib.core.staging_mode.staging_mode`),
-        recorded with its plan; a fall-back from the asked ``pinned`` is said in one line."""
-        choice = staging_mode(plan.request.staging or self.settings.staging, until=until,
-                              can_pin=implementation(plan).can_pin,
-                              reads_staged_batches=plan.request.depends_on_past, session_pins=log_reader(self.spark).pins_session)
-        if choice.fallback:
-            self.console.print(f"{plan.target_table}: {choice.fallback}", highlight=False)
-        return replace(plan, staging_mode=choice.mode)
 
     def wait_for(self, run_id: str, table: str | None = None) -> str:
         """Wait until another run is final or its lease expired: :meth:`~backfill_lib.run.leases.Leases.wait_for`."""
@@ -234,62 +202,21 @@ class Runner:
                 raise LeaseError(f"{plan.request_path}: {refused}")
 
         with session_time_zone(self.spark, plan.session_time_zone, f"run {plan.run_id}"), \
-                releasing_pinned(plan.staging_table):
-            try:
-                try:
-                    return self._stages(plan, record, until, reporter, ready)
-                except BaseException:
-                    # Withdrawn: whatever else stopped the run meanwhile (nothing was written), the lease is the
-                    # run's error, and "abandoned" its last event (the run's thread records it, after its others).
-                    self.ledger.write_now()  # a run stopped before staging: the confirmation waits for this commit
-                    refused = confirmed_refusal(confirmed, raise_failed_read=False)
-                    if refused:
-                        self.ledger.record_run(self.ledger.last_recorded(plan.run_id) or record, "abandoned",
-                                               message=f"withdrawn at start: {refused}")
-                        raise LeaseError(f"{plan.request_path}: {refused}") from None
-                    raise
-            except LeaseError:
-                raise  # withdrawn by the lease confirmation: recorded above
-            except GateFailedError:
-                self.write_report(plan)
-                raise
-            except (RolledBackError, AbandonedError):
-                raise  # recorded already: rolled back, or abandoned (by `backfill abandon`, found before the commit)
-            except CancelledError as exc:
-                self.ledger.record_run(self.ledger.last_recorded(plan.run_id) or record, "cancelled", message=str(exc))
-                reporter.stage(str(exc))
-                raise
-            except Exception as exc:  # a Spark or Python error too: the run never stays in a non-final status
-                self.ledger.record_run(self.ledger.last_recorded(plan.run_id) or record, "failed",
-                                       message=failure_message(exc), resumable=resumable_failure(exc))
-                raise
+                releasing_pinned(plan.staging_table), \
+                recording_the_end(self.ledger, plan, record, reporter, confirmed, lambda: self.write_report(plan)):
+            return self._stages(plan, record, until, reporter, ready)
 
     def _stages(self, plan: BackfillPlan, record: dict, until: str | None, reporter: Reporter,
                 ready=lambda: None) -> RunResult:
         # A run still "planned" has staged nothing, so it cannot have committed; any other may have (the events
         # after the plan are written behind), so publishing first looks for this run's commit.
         resumed = record["status"] != "planned"
-        check_protected(self.settings.protected_tables, published_tables(plan), plan.approved_by)
-        casts = check_source_schema(self.spark, plan, implementation)
-        if implementation(plan).whole_table:
-            reporter.stage(f"schema changes: {changes_line(plan.schema_changes, plan.request.schema_changes == 'allow')}")
-        if record["status"] in ("validated", "publishing") and plan.staging_mode == PINNED:
-            if committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish",
-                                 plan.target_version) is not None:
-                # its rows did not outlive the process that pinned them: computed again (the sources at their
-                # pinned versions) for the post-publish check of the commit the publish finds
-                staged = stage(self.spark, self.settings, self.ledger, self.cancelled, plan, casts, reporter, True,
-                               implementation)
-                return self._publish(staged, None, record, reporter, resumed=True)
-            # no commit: staged, validated and published again, as a new run would be
-        elif record["status"] in ("validated", "publishing"):
-            staged = Staged(plan, casts, self.ledger.partition_rows(plan.run_id))
-            if until == "validate":
-                return RunResult(plan, "validated", staged.rows, self.ledger.recorded_checks(plan.run_id))
-            return self._publish(staged, None, record, reporter, resumed=True)
-        suite = load_suite(plan.request.expectations) if plan.request.expectations else None
-        for i in range(len(plan.request.marts)):  # intake of every mart before anything is written
-            check_source_schema(self.spark, self._mart_plan(plan, i), implementation)
+        casts = preflight(self.spark, self.settings, plan, implementation, reporter)
+        if record["status"] in ("validated", "publishing"):
+            result = self._publish_staged(plan, record, casts, until, reporter)
+            if result is not None:
+                return result
+        suite = staging_preflight(self.spark, plan, implementation, self._mart_plan)
         record = self.ledger.record_run(record, "staging")
         rules = len(plan.request.reconciliation) + len(plan.request.metric_rules)
         with ThreadPoolExecutor(max(1, rules), thread_name_prefix=f"{plan.run_id}-source") as early:
@@ -323,6 +250,23 @@ class Runner:
             return RunResult(plan, "validated", staged.rows, validated.checks)
         self._stop_if_cancelled(plan, "after validation")
         return self._publish(staged, validated, record, reporter, resumed)
+
+    def _publish_staged(self, plan: BackfillPlan, record: dict, casts, until: str | None,
+                        reporter: Reporter) -> RunResult | None:
+        """Publish what a run that validated (or was publishing) staged; ``None``: stage it again, as a new run
+        would (a pinned run's rows did not outlive the process that pinned them, and it made no commit)."""
+        if plan.staging_mode == PINNED:
+            if committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish",
+                                 plan.target_version) is None:
+                return None
+            # computed again (the sources at their pinned versions) for the post-publish check of the commit found
+            staged = stage(self.spark, self.settings, self.ledger, self.cancelled, plan, casts, reporter, True,
+                           implementation)
+            return self._publish(staged, None, record, reporter, resumed=True)
+        staged = Staged(plan, casts, self.ledger.partition_rows(plan.run_id))
+        if until == "validate":
+            return RunResult(plan, "validated", staged.rows, self.ledger.recorded_checks(plan.run_id))
+        return self._publish(staged, None, record, reporter, resumed=True)
 
     def _publish(self, staged: Staged, validated: Validated | None, record: dict, reporter: Reporter,
                  resumed: bool) -> RunResult:

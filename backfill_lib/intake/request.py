@@ -548,3 +548,13 @@ def read_utf8(path: Path) -> str:
 def not_utf8(exc: UnicodeDecodeError) -> str:
     """What a decoding error says about a file: the first bad byte and its offset."""
     return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+
+
+def same_request(stored: dict, request: BackfillRequest) -> bool:
+    """Whether ``stored`` (a request as the ledger's plan JSON holds it) is ``request``: compared as models, so a
+    field added since with its default (``publish_mode``, ``on_source_change``) does not make a run's own request
+    look like another one."""
+    try:
+        return BackfillRequest.model_validate(stored) == request
+    except ValueError:  # pydantic's ValidationError: a stored field this version no longer knows
+        return False

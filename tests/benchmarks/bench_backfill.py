@@ -169,6 +169,7 @@ class StageTimer:
         import great_expectations.checkpoint as gx_checkpoint
 
         import backfill_lib.plan.prepare as prepare
+        import backfill_lib.preflight as preflight
         import backfill_lib.publish.marts as marts
         import backfill_lib.publish.stage as publish_stage
         import backfill_lib.run.batch_stager as batch_stager
@@ -188,7 +189,7 @@ class StageTimer:
         w(prepare, "build_plan", "prepare: build plan")
         w(prepare, "source_frame", "source SQL analysis (per call)")
         w(source_check, "source_frame", "source SQL analysis (per call)")
-        w(runner, "check_source_schema", "intake: source schema check")
+        w(preflight, "check_source_schema", "intake: source schema check")
         w(runner, "run_record", "ledger: plan summary JSON")
         w(Ledger, "ensure", "ledger: ensure tables")
         w(Ledger, "_insert", lambda self, name, rows: f"ledger: insert into {name}")

@@ -113,21 +113,21 @@ def test_the_example_requests_load(name, strategy):
     assert (request.range is None) == (strategy == "rebuild")
 
 
-def test_a_stored_request_without_newer_fields_is_the_same_request():
+def test_a_stored_request_without_newer_fields_is_thesame_request():
     """A run recorded before ``publish_mode`` / ``on_source_change`` existed stays its request's own run: the
     ledger's JSON of it lacks those keys, and a run started again with its run ID must resume it, not be refused
     as another request's. A changed field still makes it another request."""
     import json
 
-    from backfill_lib.runner import _same_request
+    from backfill_lib.intake.request import same_request
 
     request = load_request(DEMO)
     stored = json.loads(request.model_dump_json())
     for newer in ("publish_mode", "on_source_change"):
         stored.pop(newer, None)
-    assert _same_request(stored, request)
-    assert not _same_request({**stored, "owner": "someone@example.com"}, request)
-    assert not _same_request({**stored, "unknown_field": 1}, request)
+    assert same_request(stored, request)
+    assert not same_request({**stored, "owner": "someone@example.com"}, request)
+    assert not same_request({**stored, "unknown_field": 1}, request)
 
 
 def mart(table, *deps):
