@@ -285,9 +285,9 @@ class Runner:
         return RunResult(plan, "published", staged.rows, checks, committed.pre_publish_version,
                          committed.published_version, marts)
 
-    def _stop_if_cancelled(self, plan: BackfillPlan, where: str) -> None:
+    def _stop_if_cancelled(self, plan: BackfillPlan, at: str) -> None:
         if self.cancelled.is_set():
-            raise CancelledError(f"run {plan.run_id} cancelled {where}; nothing published; "
+            raise CancelledError(f"run {plan.run_id} cancelled {at}; nothing published; "
                                  f"continue with: backfill resume {plan.run_id}")
 
     def _mart_plan(self, plan: BackfillPlan, index: int) -> BackfillPlan:

@@ -91,7 +91,7 @@ def case_sensitive(spark: SparkSession | None = None) -> bool:
 
 
 @contextlib.contextmanager
-def session_time_zone(spark: SparkSession, zone: str, where: str):
+def session_time_zone(spark: SparkSession, zone: str, at: str):
     """Run the block with the session time zone ``zone`` (an IANA name), then put back the zone it had.
 
     Every SQL the block analyses derives local dates and hours in ``zone``; a DataFrame analysed before keeps
@@ -103,7 +103,7 @@ def session_time_zone(spark: SparkSession, zone: str, where: str):
     ------
     IntakeError
         When the session refuses ``zone`` (a zone the JVM's time-zone database lacks, or a platform that does not
-        let the zone change), naming ``where`` (the request or run), both zones and Spark's reason; the session
+        let the zone change), naming ``at`` (the request or run), both zones and Spark's reason; the session
         keeps its zone and nothing has been written.
     """
     previous = spark.conf.get(SESSION_TIME_ZONE)
@@ -115,12 +115,12 @@ def session_time_zone(spark: SparkSession, zone: str, where: str):
         taken = spark.conf.get(SESSION_TIME_ZONE)
     except Exception as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise IntakeError(f"{where}: time_zone {zone}: the Spark session (time zone {previous}) cannot run in it: "
+        raise IntakeError(f"{at}: time_zone {zone}: the Spark session (time zone {previous}) cannot run in it: "
                           f"{reason}; nothing written") from exc
     if taken != zone:
         with contextlib.suppress(Exception):
             spark.conf.set(SESSION_TIME_ZONE, previous)
-        raise IntakeError(f"{where}: time_zone {zone}: the Spark session (time zone {previous}) cannot run in it: "
+        raise IntakeError(f"{at}: time_zone {zone}: the Spark session (time zone {previous}) cannot run in it: "
                           f"it kept time zone {taken}; nothing written")
     try:
         yield

@@ -40,13 +40,13 @@ def lineage_run_id(run_id: str) -> str:
     return str(uuid.uuid5(_UUID_NAMESPACE, run_id))
 
 
-def parse_parent(text: str, where: str) -> ParentRun:
+def parse_parent(text: str, at: str) -> ParentRun:
     """``namespace/job/run-uuid`` as a :class:`ParentRun`; the job name may hold ``/``, the namespace not.
 
     Raises
     ------
     ConfigError
-        Naming ``where`` (the setting or variable) when the text is not in that shape or the run ID is no UUID.
+        Naming ``at`` (the setting or variable) when the text is not in that shape or the run ID is no UUID.
     """
     namespace, _, rest = text.strip().partition("/")
     job, _, run_id = rest.rpartition("/")
@@ -55,7 +55,7 @@ def parse_parent(text: str, where: str) -> ParentRun:
     except ValueError:
         run_id = ""
     if not namespace or not job or not run_id:
-        raise ConfigError(f"{where}: '{text}' is not a parent run 'namespace/job/run-uuid'")
+        raise ConfigError(f"{at}: '{text}' is not a parent run 'namespace/job/run-uuid'")
     return ParentRun(namespace, job, run_id)
 
 

@@ -276,9 +276,9 @@ class WriteBlocker:
     why: str
     fix: str
 
-    def message(self, where: str, name: str) -> str:
-        """``{where} has {what}: {why}; {fix}`` (``where``: ``table NAME``, or a request's field and table)."""
-        return f"{where} has {self.what}: {self.why}; {self.fix.format(name=name)}"
+    def message(self, at: str, name: str) -> str:
+        """``{at} has {what}: {why}; {fix}`` (``at``: ``table NAME``, or a request's field and table)."""
+        return f"{at} has {self.what}: {self.why}; {self.fix.format(name=name)}"
 
 
 #: Delta refuses a commit that removes rows of an append-only table: every publishing commit does.

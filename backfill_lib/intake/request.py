@@ -11,10 +11,10 @@ import enum
 import re
 from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backfill_lib.core.date_parts import PART_NAMES, parts_of_grain
 from backfill_lib.core.date_parts import label as date_parts_label
@@ -25,6 +25,12 @@ from backfill_lib.core.safe_yaml import load as load_yaml
 from backfill_lib.core.table_names import check_table_name, same_table_key
 from backfill_lib.intake.rules import DiffGate, MetricSpec
 from backfill_lib.intake.sql_text import single_query
+
+
+#: A table name of a request: ``[catalog.]schema.table`` (parts plain or back-quoted) or ``delta.`<absolute path>```,
+#: kept in its canonical spelling (:func:`~backfill_lib.core.table_names.check_table_name`, whose ``ValueError`` names
+#: what is wrong).
+TableName = Annotated[str, AfterValidator(check_table_name)]
 
 
 class Strategy(str, enum.Enum):
@@ -103,7 +109,7 @@ class Target(_Frozen):
       (:func:`backfill_lib.intake.where_check.check_where`).
     """
 
-    table: str
+    table: TableName
     partition_column: str
     grain: Grain = Grain.DAY
     partition_format: str | None = None
@@ -131,11 +137,6 @@ class Target(_Frozen):
     def range_columns(self) -> tuple[str, ...]:
         """The table's columns that carry the range: the integer parts, or ``partition_column``."""
         return self.partition_columns.columns() if self.partition_columns else (self.partition_column,)
-
-    @field_validator("table")
-    @classmethod
-    def _table_name(cls, value: str) -> str:
-        return check_table_name(value)
 
     @field_validator("where")
     @classmethod
@@ -202,14 +203,9 @@ class Source(_Frozen):
 class SourceMetric(_Frozen):
     """A metric computed on a source table per partition, for reconciliation."""
 
-    table: str
+    table: TableName
     partition_column: str
     metric: str
-
-    @field_validator("table")
-    @classmethod
-    def _table_name(cls, value: str) -> str:
-        return check_table_name(value)
 
 
 class ReconciliationRule(_Frozen):
@@ -228,13 +224,8 @@ class ReconciliationRule(_Frozen):
 class SourceTable(_Frozen):
     """A source table and its partition column, for metric profiles."""
 
-    table: str
+    table: TableName
     partition_column: str
-
-    @field_validator("table")
-    @classmethod
-    def _table_name(cls, value: str) -> str:
-        return check_table_name(value)
 
 
 class MetricRule(_Frozen):
@@ -269,18 +260,13 @@ class Mart(_Frozen):
     that must publish first.
     """
 
-    table: str
+    table: TableName
     partition_column: str
     grain: Grain = Grain.DAY
     sql: Path
     keys: tuple[str, ...] = Field(min_length=1)
     expectations: Path | None = None
     depends_on: tuple[str, ...] = ()
-
-    @field_validator("table")
-    @classmethod
-    def _table_name(cls, value: str) -> str:
-        return check_table_name(value)
 
     @field_validator("depends_on")
     @classmethod

@@ -42,7 +42,7 @@ def _table(spark: SparkSession, name: str, column: str, request_path: str, field
     return df
 
 
-def check_columns(schema: StructType, spec: MetricSpec, where: str) -> None:
+def check_columns(schema: StructType, spec: MetricSpec, at: str) -> None:
     """Check that every column ``spec`` names exists in ``schema`` (ignoring case unless the active session's
     ``spark.sql.caseSensitive`` is on, as Spark resolves it) and that ``sum`` columns are exact numbers.
 
@@ -51,24 +51,24 @@ def check_columns(schema: StructType, spec: MetricSpec, where: str) -> None:
     schema : StructType
         The schema of the side being profiled.
     spec : MetricSpec
-    where : str
+    at : str
         What the schema belongs to (a table name or "staged rows"), for the message.
 
     Raises
     ------
     IntakeError
-        Naming ``where``, the column and, for ``sum``, its type when it is not integer or decimal.
+        Naming ``at``, the column and, for ``sum``, its type when it is not integer or decimal.
     """
     fold = name_fold()
     types: dict[str, DataType] = {fold(f.name): f.dataType for f in schema.fields}
     for field in ("null_count", "nan_count", "sum", "min_max", "checksum"):
         for column in getattr(spec, field):
             if fold(column) not in types:
-                raise IntakeError(f"{where}: metric {field} names column '{column}', which does not exist")
+                raise IntakeError(f"{at}: metric {field} names column '{column}', which does not exist")
     for column in spec.sum:
         if not isinstance(types[fold(column)], (IntegralType, DecimalType)):
             raise IntakeError(
-                f"{where}: metric sum({column}) needs an integer or decimal column, "
+                f"{at}: metric sum({column}) needs an integer or decimal column, "
                 f"'{column}' is {types[fold(column)].simpleString()}"
             )
 

@@ -202,9 +202,9 @@ def changes_line(changes: tuple[SchemaChange, ...], allowed: bool) -> str:
     return "; ".join(c.describe() + (mark if c.needs_allow else "") for c in changes)
 
 
-def check_schema_changes(changes: tuple[SchemaChange, ...], allowed: bool, where: str, table: str) -> None:
+def check_schema_changes(changes: tuple[SchemaChange, ...], allowed: bool, at: str, table: str) -> None:
     """Refuse ``changes`` (from :func:`schema_changes`) of ``table`` that need ``schema_changes: allow`` when
-    ``allowed`` is false; ``where`` names the request file.
+    ``allowed`` is false; ``at`` names the request file.
 
     Raises
     ------
@@ -215,5 +215,5 @@ def check_schema_changes(changes: tuple[SchemaChange, ...], allowed: bool, where
     refused = [c for c in changes if c.needs_allow]
     if refused and not allowed:
         raise SchemaMismatchError(
-            f"{where}: a rebuild would change {table}'s schema: {'; '.join(c.describe() for c in refused)}; "
+            f"{at}: a rebuild would change {table}'s schema: {'; '.join(c.describe() for c in refused)}; "
             "set schema_changes: allow in the request to make these changes")

@@ -30,21 +30,21 @@ FORBIDDEN = {
 }
 
 
-def read_sql(path: str | Path, where: str | None = None) -> str:
+def read_sql(path: str | Path, at: str | None = None) -> str:
     """The text of SQL file ``path`` (UTF-8).
 
     Raises
     ------
     IntakeError
-        When the file is missing or not UTF-8 text; the message names ``where`` (default: the path).
+        When the file is missing or not UTF-8 text; the message names ``at`` (default: the path).
     """
-    where = where or str(path)
+    at = at or str(path)
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise IntakeError(f"{where}: file not found") from exc
+        raise IntakeError(f"{at}: file not found") from exc
     except UnicodeDecodeError as exc:
-        raise IntakeError(f"{where}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from exc
+        raise IntakeError(f"{at}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from exc
 
 
 def source_sql(request: BackfillRequest) -> str:
@@ -60,7 +60,7 @@ def _parser(spark: SparkSession):
     return None if jspark is None else jspark.sessionState().sqlParser()
 
 
-def check_query(spark: SparkSession, text: str, where: str) -> str:
+def check_query(spark: SparkSession, text: str, at: str) -> str:
     """The one query ``text`` holds, ready for :func:`~backfill_lib.intake.sql_text.wrap_query`, or an error: nothing
     in ``text`` is executed.
 
@@ -75,7 +75,7 @@ def check_query(spark: SparkSession, text: str, where: str) -> str:
         ``holds no query``, or ``does not parse``, with Spark's first message line.
     """
     try:
-        body = single_query(text, where)
+        body = single_query(text, at)
     except ValueError as exc:
         raise IntakeError(str(exc)) from None
     parser = _parser(spark)
@@ -86,10 +86,10 @@ def check_query(spark: SparkSession, text: str, where: str) -> str:
             try:
                 plan = parser.parsePlan(body)
             except Exception:
-                raise IntakeError(f"{where}: does not parse as a query: {first_line(exc)}") from exc
+                raise IntakeError(f"{at}: does not parse as a query: {first_line(exc)}") from exc
             while plan.getClass().getSimpleName() == "UnresolvedWith":  # WITH a AS (...) INSERT ...: name the INSERT
                 plan = plan.child()
-            raise IntakeError(f"{where}: holds a statement ({plan.getClass().getSimpleName()}), not a query") from exc
+            raise IntakeError(f"{at}: holds a statement ({plan.getClass().getSimpleName()}), not a query") from exc
     return body
 
 
@@ -108,7 +108,7 @@ def _classes(tree) -> set[str]:
     return found
 
 
-def refuse_escapes(df: DataFrame, where: str) -> None:
+def refuse_escapes(df: DataFrame, at: str) -> None:
     """Refuse ``df`` when its analysed plan (views, subqueries and CTEs included) uses a :data:`FORBIDDEN`
     construct. Reads no data. Under Spark Connect, which sends no plan object, the analysed plan's text
     (``EXPLAIN EXTENDED``) is searched for the same constructs by name (:func:`_refuse_escapes_in_text`).
@@ -120,15 +120,15 @@ def refuse_escapes(df: DataFrame, where: str) -> None:
     """
     jdf = getattr(df, "_jdf", None)
     if jdf is None:
-        _refuse_escapes_in_text(df, where)
+        _refuse_escapes_in_text(df, at)
         return
     try:
         classes = _classes(json.loads(jdf.queryExecution().analyzed().toJSON()))
     except Exception as exc:  # fail closed: a plan that cannot be inspected is not run
-        raise IntakeError(f"{where}: its analysed plan could not be inspected: {first_line(exc)}") from exc
+        raise IntakeError(f"{at}: its analysed plan could not be inspected: {first_line(exc)}") from exc
     for cls, what in FORBIDDEN.items():
         if cls in classes:
-            raise IntakeError(f"{where}: uses {what}; request SQL may only read tables")
+            raise IntakeError(f"{at}: uses {what}; request SQL may only read tables")
 
 
 #: How the analysed plan's text names :data:`FORBIDDEN`'s classes (an expression by its SQL name and an open
@@ -141,7 +141,7 @@ FORBIDDEN_TEXT = {
 }
 
 
-def _refuse_escapes_in_text(df: DataFrame, where: str) -> None:
+def _refuse_escapes_in_text(df: DataFrame, at: str) -> None:
     """:func:`refuse_escapes` for a DataFrame without a JVM plan (Spark Connect): its analysed plan as text.
 
     A column or table named like a forbidden function followed by ``(`` is refused too (fails closed)."""
@@ -149,14 +149,14 @@ def _refuse_escapes_in_text(df: DataFrame, where: str) -> None:
     try:
         text = explain(extended=True)
     except Exception as exc:  # fail closed: a plan that cannot be inspected is not run
-        raise IntakeError(f"{where}: its analysed plan could not be inspected: {first_line(exc)}") from exc
+        raise IntakeError(f"{at}: its analysed plan could not be inspected: {first_line(exc)}") from exc
     analysed = text.split("== Analyzed Logical Plan ==", 1)[-1].split("== Optimized Logical Plan ==", 1)[0]
     for pattern, what in FORBIDDEN_TEXT.items():
         if pattern.search(analysed):
-            raise IntakeError(f"{where}: uses {what}; request SQL may only read tables")
+            raise IntakeError(f"{at}: uses {what}; request SQL may only read tables")
 
 
-def check_aggregate(df: DataFrame, text: str, by: str, where: str) -> DataFrame:
+def check_aggregate(df: DataFrame, text: str, by: str, at: str) -> DataFrame:
     """Analyse aggregate expression ``text`` (a metric such as ``sum(flights)``) on ``df`` grouped by column
     ``by``, without reading data; return that aggregation (columns ``by`` and ``_metric``).
 
@@ -174,6 +174,6 @@ def check_aggregate(df: DataFrame, text: str, by: str, where: str) -> DataFrame:
         out = df.groupBy(F.col(quote_ident(by))).agg(metric.alias("_metric"))
         out.schema  # analysis, no job
     except PySparkException as exc:
-        raise IntakeError(f"{where}: '{text}' is not a valid aggregate here: {first_line(exc)}") from None
-    refuse_escapes(out, where)
+        raise IntakeError(f"{at}: '{text}' is not a valid aggregate here: {first_line(exc)}") from None
+    refuse_escapes(out, at)
     return out

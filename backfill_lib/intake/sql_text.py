@@ -99,7 +99,7 @@ def leading_words(bare: str, count: int = 2) -> str:
     return " ".join(w.upper() for w in _WORD.findall(bare)[:count])
 
 
-def single_query(text: str, where: str) -> str:
+def single_query(text: str, at: str) -> str:
     """The one statement of ``text`` (trailing semicolons and blank space removed), if it can be a query.
 
     Parameters
@@ -117,15 +117,15 @@ def single_query(text: str, where: str) -> str:
     """
     statements, bare = _scan(text)
     if not statements:
-        raise ValueError(f"{where}: holds no query (empty, or only comments)")
+        raise ValueError(f"{at}: holds no query (empty, or only comments)")
     first = leading_words(bare[0], 1)
     if first == "BEGIN":
-        raise ValueError(f"{where}: holds a SQL script (BEGIN ... END), not a query")
+        raise ValueError(f"{at}: holds a SQL script (BEGIN ... END), not a query")
     if len(statements) > 1:
         kinds = ", ".join(leading_words(b, 1) or "?" for b in bare[:5])
-        raise ValueError(f"{where}: holds {len(statements)} statements ({kinds}), not one query")
+        raise ValueError(f"{at}: holds {len(statements)} statements ({kinds}), not one query")
     if first not in QUERY_STARTS and not bare[0].lstrip().startswith("("):
-        raise ValueError(f"{where}: holds a statement ({leading_words(bare[0]) or '?'}), not a query")
+        raise ValueError(f"{at}: holds a statement ({leading_words(bare[0]) or '?'}), not a query")
     return statements[0]
 
 

@@ -61,13 +61,13 @@ def check_identity_columns(request: BackfillRequest, state: TableState) -> None:
                 "AS IDENTITY (which keeps the values the source supplies)")
 
 
-def check_writable(where: str, name: str, blockers: Sequence[WriteBlocker]) -> None:
-    """Raise :class:`IntakeError` starting with ``where`` (``table NAME``, or ``FILE: field 'marts.N.table': table
+def check_writable(at: str, name: str, blockers: Sequence[WriteBlocker]) -> None:
+    """Raise :class:`IntakeError` starting with ``at`` (``table NAME``, or ``FILE: field 'marts.N.table': table
     NAME``) when ``blockers`` (what table ``name`` has under which Delta would refuse the commit that publishes the
     backfill: :attr:`~backfill_lib.core.table_state.TableState.write_blockers`) holds one, naming the property or
     feature, why Delta refuses and what to do."""
     if blockers:
-        raise IntakeError(blockers[0].message(where, name))
+        raise IntakeError(blockers[0].message(at, name))
 
 
 def range_in_data(request: BackfillRequest, state: TableState) -> bool:
@@ -96,9 +96,9 @@ def check_where_columns(state: TableState, range_columns: str | tuple[str, ...],
                               f"where narrows by the other partition columns only")
 
 
-def check_columns_fit(where: str, columns: Sequence[Column], request: BackfillRequest, *,
+def check_columns_fit(at: str, columns: Sequence[Column], request: BackfillRequest, *,
                       data_column: bool = False) -> None:
-    """Raise :class:`IntakeError` starting with ``where`` (``table NAME``, or a source file) unless ``columns``
+    """Raise :class:`IntakeError` starting with ``at`` (``table NAME``, or a source file) unless ``columns``
     hold the request's partition column, of the type its grain needs (``date`` for day and month, ``timestamp``
     or ``timestamp_ntz`` for hour; ``string`` with a ``partition_format``; a ``data_column`` may also be a ``timestamp`` for day and
     month), and every key column. With integer date parts (``target.partition_columns``) the partition column is
@@ -107,18 +107,18 @@ def check_columns_fit(where: str, columns: Sequence[Column], request: BackfillRe
     (whose other columns may change) at run time."""
     target = request.target
     if target.partition_columns is not None:
-        _check_parts_fit(where, columns, request)
+        _check_parts_fit(at, columns, request)
         return
     col = next((c for c in columns if c.name == target.partition_column), None)
     if col is None:
-        raise IntakeError(f"{where} has no column {target.partition_column} (field target.partition_column)")
+        raise IntakeError(f"{at} has no column {target.partition_column} (field target.partition_column)")
     if target.partition_format is not None:
         if col.type != "string":
-            raise IntakeError(f"{where} column {col.name} is {col.type}: target.partition_format applies to a string "
+            raise IntakeError(f"{at} column {col.name} is {col.type}: target.partition_format applies to a string "
                               f"column (leave it out for a {col.type} column)")
     elif data_column and col.type in ("date", "timestamp"):
         if col.type == "date" and target.grain.spark_type != "date":
-            raise IntakeError(f"{where} column {col.name} is date, grain {target.grain.value} needs a timestamp")
+            raise IntakeError(f"{at} column {col.name} is date, grain {target.grain.value} needs a timestamp")
     elif target.grain.value == "hour" and col.type == "timestamp_ntz" and not data_column:
         pass  # wall-clock hours of the request's time zone (backfill_lib.core.partitions.wall_hours)
     elif col.type != target.grain.spark_type:
@@ -127,17 +127,17 @@ def check_columns_fit(where: str, columns: Sequence[Column], request: BackfillRe
         if data_column:
             hint = " (a data column carrying the range must be a date or a timestamp)"
             needs = "date or timestamp" if needs == "date" else needs
-        raise IntakeError(f"{where} column {col.name} is {col.type}, grain {target.grain.value} needs {needs}{hint}")
+        raise IntakeError(f"{at} column {col.name} is {col.type}, grain {target.grain.value} needs {needs}{hint}")
     names = {c.name for c in columns}
     for key in request.keys:
         if key not in names:
-            raise IntakeError(f"{where} has no key column {key} (field keys)")
+            raise IntakeError(f"{at} has no key column {key} (field keys)")
 
 
 _INTEGERS = ("tinyint", "smallint", "int", "bigint")
 
 
-def _check_parts_fit(where: str, columns: Sequence[Column], request: BackfillRequest) -> None:
+def _check_parts_fit(at: str, columns: Sequence[Column], request: BackfillRequest) -> None:
     """:func:`check_columns_fit` for integer date parts: each is an integer column, and every key column exists."""
     parts = request.target.partition_columns
     by_name = {c.name: c for c in columns}
@@ -147,13 +147,13 @@ def _check_parts_fit(where: str, columns: Sequence[Column], request: BackfillReq
             continue
         col = by_name.get(name)
         if col is None:
-            raise IntakeError(f"{where} has no column {name} (field target.partition_columns.{part})")
+            raise IntakeError(f"{at} has no column {name} (field target.partition_columns.{part})")
         if col.type not in _INTEGERS:
-            raise IntakeError(f"{where} column {name} is {col.type}: target.partition_columns.{part} must be an "
+            raise IntakeError(f"{at} column {name} is {col.type}: target.partition_columns.{part} must be an "
                               "integer column (tinyint, smallint, int or bigint)")
     for key in request.keys:
         if key not in by_name:
-            raise IntakeError(f"{where} has no key column {key} (field keys)")
+            raise IntakeError(f"{at} has no key column {key} (field keys)")
 
 
 def check_not_own_table(field: str, name: str, own_schemas: dict[str, str], current_schema: str,

@@ -84,7 +84,7 @@ def replace_target(text: str, refs: list[TargetReference], view: str) -> str:
     return text
 
 
-def check_past_reads(spark: SparkSession, request: BackfillRequest, where: str) -> None:
+def check_past_reads(spark: SparkSession, request: BackfillRequest, at: str) -> None:
     """Refuse a ``depends_on_past`` request whose source SQL cannot be made to read this run's staged partitions:
     no JVM parser (Spark Connect), or no direct reference to the target (read through a view, or not at all). Reads
     the catalog and Delta logs only; nothing is written.
@@ -99,15 +99,15 @@ def check_past_reads(spark: SparkSession, request: BackfillRequest, where: str) 
     target = request.target.table
     sql = str(request.source.sql)
     if _jvm_session(spark) is None:
-        raise IntakeError(f"{where}: field 'depends_on_past': needs Spark's SQL parser in the driver to rewrite "
+        raise IntakeError(f"{at}: field 'depends_on_past': needs Spark's SQL parser in the driver to rewrite "
                           f"{sql}'s reads of {target}, which Spark Connect does not offer; run it with classic PySpark")
     body = check_query(spark, read_sql(request.source.sql), sql)
     now = _current(spark, target)
     try:
         refs = target_references(spark, body, target, None if now is None else now[1])
     except IntakeError as exc:
-        raise IntakeError(f"{where}: field 'depends_on_past': {sql}: {exc}") from None
+        raise IntakeError(f"{at}: field 'depends_on_past': {sql}: {exc}") from None
     if not refs:
-        raise IntakeError(f"{where}: field 'depends_on_past': {sql} does not name the target {target} directly "
+        raise IntakeError(f"{at}: field 'depends_on_past': {sql} does not name the target {target} directly "
                           "(a read through a view or IDENTIFIER() cannot be redirected to the staged partitions); "
                           "name it in the SQL, or leave depends_on_past out")

@@ -58,7 +58,7 @@ def source_frame(
     return df
 
 
-def refuse_open_change_feeds(df: DataFrame, where: str) -> None:
+def refuse_open_change_feeds(df: DataFrame, at: str) -> None:
     """Refuse ``df`` when it reads a Delta Change Data Feed up to the latest version (see
     :func:`~backfill_lib.adapters.change_feed_files.open_change_feeds`): the run could not read it at one version.
 
@@ -73,7 +73,7 @@ def refuse_open_change_feeds(df: DataFrame, where: str) -> None:
     if feeds:
         table, start, latest = feeds[0]
         raise IntakeError(
-            f"{where}: reads the Change Data Feed of {table} up to its latest version, {latest} (no ending version, "
+            f"{at}: reads the Change Data Feed of {table} up to its latest version, {latest} (no ending version, "
             "or a later one): a commit during the run would change what it reads and the run cannot pin it; give "
             f"an ending version of at most {latest}, e.g. table_changes('{table.removeprefix('spark_catalog.')}', "
             f"{start}, {latest})")

@@ -27,15 +27,15 @@ class StrategyImpl(StrategyKind):
     The default stages a batch with ``replaceWhere`` on its partitions (recompute and patch).
     """
 
-    def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
-        """How the source's ``columns`` (from the SQL file ``where``) are cast to the target's; raise
-        :class:`~backfill_lib.core.errors.IntakeError` (or its ``SchemaMismatchError``) naming ``where`` and the
+    def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], at: str) -> tuple[ColumnCast, ...]:
+        """How the source's ``columns`` (from the SQL file ``at``) are cast to the target's; raise
+        :class:`~backfill_lib.core.errors.IntakeError` (or its ``SchemaMismatchError``) naming ``at`` and the
         column when they cannot be. Default: the staging reserved column is absent, and the columns align with
         the target's (only the evolutions :func:`~backfill_lib.intake.schema_guard.align` allows; a generated column
         of the target the source omits is computed by its expression; an IDENTITY one must be supplied)."""
-        check_reserved_column(plan.target_table, plan.target_columns, where, columns)
+        check_reserved_column(plan.target_table, plan.target_columns, at, columns)
         generated = {g.name: g.expression for g in plan.target_generated}
-        return align(columns, plan.target_columns, where, plan.request.keys, generated,
+        return align(columns, plan.target_columns, at, plan.request.keys, generated,
                      case_sensitive=case_sensitive(),
                      identity={c.name for c in plan.target_identity})
 

@@ -46,7 +46,7 @@ def _literal(value: str) -> str:
 
 
 class Rebuild(RebuildKind, StrategyImpl):
-    def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], where: str) -> tuple[ColumnCast, ...]:
+    def align_source(self, plan: BackfillPlan, columns: tuple[Column, ...], at: str) -> tuple[ColumnCast, ...]:
         """A rebuild may change the schema: its source only has to provide the partition column (of the grain's
         type) and the keys; its columns are taken as they are. A change that can lose values or names (a
         narrowed, retyped, dropped or renamed column) needs ``schema_changes: allow`` in the request.
@@ -57,17 +57,17 @@ class Rebuild(RebuildKind, StrategyImpl):
         Raises
         ------
         IntakeError
-            A missing partition column or key (naming ``where``); an IDENTITY column of another type than
+            A missing partition column or key (naming ``at``); an IDENTITY column of another type than
             ``BIGINT``; ``SchemaMismatchError`` listing every change that needs ``schema_changes: allow`` when the
             request does not allow them. Nothing is written."""
-        check_columns_fit(f"{where}: the source", columns, plan.request, data_column=plan.range_in_data)
+        check_columns_fit(f"{at}: the source", columns, plan.request, data_column=plan.range_in_data)
         check_schema_changes(schema_changes(columns, plan.target_columns), plan.request.schema_changes == "allow",
                              plan.request_path, plan.target_table)
         for c in plan.target_identity:  # it stays an IDENTITY column, which Delta numbers as a BIGINT
             staged = next((s for s in columns if s.name == c.name), None)
             if staged is not None and staged.type != "bigint":
                 raise IntakeError(
-                    f"{where}: table {plan.target_table} column {c.name} is an IDENTITY column ({c.label}), which "
+                    f"{at}: table {plan.target_table} column {c.name} is an IDENTITY column ({c.label}), which "
                     f"a rebuild keeps as one, and an IDENTITY column is BIGINT; the source yields it as "
                     f"{staged.type.upper()}: select CAST({c.name} AS BIGINT) AS {c.name}")
         return tuple(ColumnCast(c.name, c.type, False) for c in columns)

@@ -44,8 +44,8 @@ def key_text(key: tuple) -> str:
     return "(" + ", ".join("NULL" if v is None else repr(v) if isinstance(v, str) else str(v) for v in key) + ")"
 
 
-def unique_key_checks(staged: DataFrame, keys: Sequence[str], where: str) -> list[Check]:
-    """One ``key`` check: every key of ``keys`` occurs once in ``staged`` (the staged rows of ``where``, a
+def unique_key_checks(staged: DataFrame, keys: Sequence[str], at: str) -> list[Check]:
+    """One ``key`` check: every key of ``keys`` occurs once in ``staged`` (the staged rows of ``at``, a
     staging table). Failed, it names up to :data:`LISTED_KEYS` keys and their counts."""
     name = f"keys_unique({', '.join(keys)})"
     found = duplicate_keys(staged, keys)
@@ -55,7 +55,7 @@ def unique_key_checks(staged: DataFrame, keys: Sequence[str], where: str) -> lis
     more = f" and more (the first {LISTED_KEYS} listed)" if len(found) > LISTED_KEYS else ""
     observed = f"more than {LISTED_KEYS} keys" if more else f"{len(found)} key{'s' if len(found) > 1 else ''}"
     return [Check("key", name, False, None, None, f"{observed} more than once", "every key once",
-                  f"duplicate keys ({', '.join(keys)}) in {where}: {listed}{more}")]
+                  f"duplicate keys ({', '.join(keys)}) in {at}: {listed}{more}")]
 
 
 def _free_name(name: str, taken: Sequence[str]) -> str:

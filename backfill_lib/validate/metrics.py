@@ -63,7 +63,7 @@ def _aggregates(df: DataFrame, spec: MetricSpec) -> list[Column]:
     return aggs
 
 
-def profile_frame(df: DataFrame, partition_column: str | PartitionKeys, spec: MetricSpec, *, where: str = "metrics") -> DataFrame:
+def profile_frame(df: DataFrame, partition_column: str | PartitionKeys, spec: MetricSpec, *, at: str = "metrics") -> DataFrame:
     """The single aggregation behind :func:`profile`: one row per partition value.
 
     Returns
@@ -81,15 +81,15 @@ def profile_frame(df: DataFrame, partition_column: str | PartitionKeys, spec: Me
     fold = name_fold()
     for column in keys.columns:
         if fold(column) not in {fold(c) for c in df.columns}:
-            raise IntakeError(f"{where}: partition column '{column}' does not exist")
-    check_columns(df.schema, spec, where)
+            raise IntakeError(f"{at}: partition column '{column}' does not exist")
+    check_columns(df.schema, spec, at)
     # count(1) keeps the aggregation non-empty when the spec asks for nothing but grouping.
     aggs = _aggregates(df, spec) or [F.count(F.lit(1)).alias("_rows")]
     return df.groupBy(keys.expr().alias("partition")).agg(*aggs)
 
 
 def profile_aggregates(df: DataFrame, partition_column: str | PartitionKeys, spec: MetricSpec, *,
-                       where: str = "metrics") -> tuple[list[Column], list[str]]:
+                       at: str = "metrics") -> tuple[list[Column], list[str]]:
     """The aggregate columns of :func:`profile_frame` and the names to read them under, for an aggregation
     shared with other audits (:class:`~backfill_lib.validate.shared_pass.SharedPass`); read the rows back with
     :func:`profile_of`. Raises as :func:`profile_frame`."""
@@ -97,8 +97,8 @@ def profile_aggregates(df: DataFrame, partition_column: str | PartitionKeys, spe
     fold = name_fold()
     for column in keys.columns:
         if fold(column) not in {fold(c) for c in df.columns}:
-            raise IntakeError(f"{where}: partition column '{column}' does not exist")
-    check_columns(df.schema, spec, where)
+            raise IntakeError(f"{at}: partition column '{column}' does not exist")
+    check_columns(df.schema, spec, at)
     aggs = _aggregates(df, spec)
     if not aggs:  # nothing but grouping: a row count keeps the partition's row
         return [F.count(F.lit(1))], ["_rows"]
@@ -112,7 +112,7 @@ def profile_of(rows: list[dict], partition_column: str | PartitionKeys, spec: Me
 
 
 def profile(
-    df: DataFrame, partition_column: str | PartitionKeys, spec: MetricSpec, *, where: str = "metrics"
+    df: DataFrame, partition_column: str | PartitionKeys, spec: MetricSpec, *, at: str = "metrics"
 ) -> dict[str, dict[str, object]]:
     """All metrics of ``spec`` for every partition of ``df``, in one aggregation (one scan of ``df``).
 
@@ -124,7 +124,7 @@ def profile(
         Column grouped by, or its :class:`PartitionKeys`; results are keyed as the plan keys partitions
         (a bare name is a ``DATE`` column keyed ``YYYY-MM-DD``).
     spec : MetricSpec
-    where : str
+    at : str
         What ``df`` is (a table name, "staged rows"), to start error messages with.
 
     Returns
@@ -139,7 +139,7 @@ def profile(
         A named column is missing, or a ``sum`` column is not integer or decimal (message names it).
     """
     names = spec.names()
-    rows = profile_frame(df, partition_column, spec, where=where).collect()
+    rows = profile_frame(df, partition_column, spec, at=at).collect()
     return keys_of(partition_column).rekey({r["partition"]: {n: r[n] for n in names} for r in rows})
 
 

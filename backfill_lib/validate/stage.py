@@ -129,7 +129,7 @@ class Validate:
         # job: registered here, before any audit thread reads them back (the first to read runs the job).
         shared = SharedPass(staged, plan.partition_keys)
         reconciled = [shared.add([F.expr(rule.metric)], ["m"]) for rule in plan.request.reconciliation]
-        profiled = [shared.add(*profile_aggregates(staged, plan.partition_keys, rule.metrics, where=plan.staging_table))
+        profiled = [shared.add(*profile_aggregates(staged, plan.partition_keys, rule.metrics, at=plan.staging_table))
                     for rule in plan.request.metric_rules]
         fingerprinted = shared.add(*fingerprint_aggregates(staged)) if replaces else None
         # Run first and alone, it is the one read of the staging table's files: it fills the cache every other
@@ -183,7 +183,7 @@ class Validate:
         if not whole:
             source = source.where(range_predicate(rule.source.partition_column, scope.start, scope.end))
         keys = plan.partition_keys.of_source(rule.source.partition_column)
-        return profile(source, keys, rule.metrics, where=rule.source.table)
+        return profile(source, keys, rule.metrics, at=rule.source.table)
 
     def _constraints(self, plan: BackfillPlan, staged: DataFrame) -> list[Check]:
         """The target's CHECK and NOT NULL constraints and generated columns (as the target holds them now: those
@@ -230,7 +230,7 @@ class Validate:
                      source: Future, staged_profile=None) -> list[Check]:
         """``rule``'s metrics of the staged rows against its source side (``source``, from :meth:`read_sources`);
         ``staged_profile``, when given, returns the staged side's profile already aggregated (a :class:`SharedPass`)."""
-        stg = (profile(staged, plan.partition_keys, rule.metrics, where=plan.staging_table) if staged_profile is None
+        stg = (profile(staged, plan.partition_keys, rule.metrics, at=plan.staging_table) if staged_profile is None
                else staged_profile())
         src = source.result()
         keys = sorted(set(src) | set(stg), key=key_order) if whole else list(batch.keys)

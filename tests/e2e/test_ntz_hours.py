@@ -26,7 +26,7 @@ from backfill_lib.core.partitions import (
     partition_of_key,
     wall_value_key,
 )
-from backfill_lib.core.table_state import Column, GeneratedColumn, PartitionStats, TableState
+from backfill_lib.core.table_state import Column, PartitionStats, TableState
 from backfill_lib.intake.request import BackfillRequest
 from backfill_lib.plan.builder import build_plan
 from backfill_lib.plan.explain import explain

@@ -97,7 +97,7 @@ def test_float_column_in_sum_is_an_error_naming_it(spark):
     with pytest.raises(IntakeError, match=r"^metrics: metric sum\(x\) needs an integer or decimal column, 'x' is double$"):
         profile(df, "dt", MetricSpec(sum=("x",)))
     with pytest.raises(IntakeError, match=r"^db.src: metric min_max names column 'nope', which does not exist$"):
-        profile(df, "dt", MetricSpec(min_max=("nope",)), where="db.src")
+        profile(df, "dt", MetricSpec(min_max=("nope",)), at="db.src")
 
 
 def test_profile_is_one_aggregation_over_one_scan(spark, capsys):

@@ -22,7 +22,7 @@ def test_one_job_gives_every_audit_what_its_own_aggregation_gives(spark):
     spec = MetricSpec(sum=("amount",), null_count=("amount",))
     shared = SharedPass(df, keys)
     metric = shared.add([F.expr("sum(amount)")], ["m"])
-    metrics = shared.add(*profile_aggregates(df, keys, spec, where="staged"))
+    metrics = shared.add(*profile_aggregates(df, keys, spec, at="staged"))
     fingerprints = shared.add(*fingerprint_aggregates(df))
 
     sc = spark.sparkContext
