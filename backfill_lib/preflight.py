@@ -20,7 +20,7 @@ from backfill_lib.core.settings import Settings
 from backfill_lib.core.staging_mode import staging_mode
 from backfill_lib.intake.schema_guard import ColumnCast, changes_line
 from backfill_lib.plan.model import BackfillPlan, Implementation
-from backfill_lib.publish.release import check_protected
+from backfill_lib.publish.safety import check_protected
 from backfill_lib.publish.stage import published_tables
 from backfill_lib.run.source_check import check_source_schema
 from backfill_lib.validate.suites import load_suite

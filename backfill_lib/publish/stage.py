@@ -32,7 +32,7 @@ from backfill_lib.plan.model import BackfillPlan, Implementation
 from backfill_lib.plan.source_changes import source_changes
 from backfill_lib.plan.source_pins import describe_pins
 from backfill_lib.publish.commit import committed_version
-from backfill_lib.publish.release import check_protected, check_rollback_ready, rollback_until
+from backfill_lib.publish.safety import check_protected, check_rollback_ready, rollback_until
 from backfill_lib.publish.rollback import Rollback
 from backfill_lib.ledger import Ledger
 from backfill_lib.run.stage import Staged

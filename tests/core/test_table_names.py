@@ -95,7 +95,7 @@ def test_names_compare_however_spelt_and_cased():
 
 def test_a_protected_quoted_table_is_protected_however_it_is_spelt():
     from backfill_lib.core.errors import PublishError
-    from backfill_lib.publish.release import check_protected
+    from backfill_lib.publish.safety import check_protected
 
     with pytest.raises(PublishError, match=r"table sales.`order-lines` is protected"):
         check_protected(("SALES.`Order-Lines`",), ["sales.`order-lines`"], None)

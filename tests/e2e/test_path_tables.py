@@ -81,7 +81,7 @@ def test_a_path_target_stages_into_the_staging_schema_under_a_name_unique_per_pa
 
 def test_a_protected_path_is_protected_however_it_is_spelt():
     from backfill_lib.core.errors import PublishError
-    from backfill_lib.publish.release import check_protected
+    from backfill_lib.publish.safety import check_protected
 
     with pytest.raises(PublishError, match=r"table delta.`/wh/t` is protected \(settings protected_tables\)"):
         check_protected(("DELTA.`/wh/t/`",), ["delta.`/wh/t`"], None)

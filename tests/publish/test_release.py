@@ -12,7 +12,7 @@ from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import PublishError, RequestError, RolledBackError
 from backfill_lib.core.faults import MONITOR_ENV
 from backfill_lib.plan.builder import check_run_id
-from backfill_lib.publish.release import check_protected, parse_interval, retention
+from backfill_lib.publish.safety import check_protected, parse_interval, retention
 from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
 from tests.conftest import quiet_runner
@@ -197,7 +197,7 @@ def test_rollback_stays_possible_for_the_shorter_retention_after_the_commit(spar
 
     from delta.tables import DeltaTable
 
-    from backfill_lib.publish.release import rollback_until
+    from backfill_lib.publish.safety import rollback_until
 
     spark.sql(f"CREATE TABLE {db}.kept (id INT) USING delta TBLPROPERTIES ("
               "'delta.logRetentionDuration' = 'interval 5 days', 'delta.deletedFileRetentionDuration' = 'interval 2 days')")
