@@ -30,7 +30,7 @@ from backfill_lib.plan.prepare import mart_plan, prepare, utc_now
 from backfill_lib.plan.source_pins import pin_sources
 from backfill_lib.preflight import preflight, staging_preflight, with_staging_mode
 from backfill_lib.publish.commit import committed_version
-from backfill_lib.publish.marts import Release
+from backfill_lib.publish.release import Release
 from backfill_lib.publish.results import FINISHED, RunResult
 from backfill_lib.publish.rollback import Rollback
 from backfill_lib.publish.stage import Publish

@@ -170,7 +170,7 @@ class StageTimer:
 
         import backfill_lib.plan.prepare as prepare
         import backfill_lib.preflight as preflight
-        import backfill_lib.publish.marts as marts
+        import backfill_lib.publish.release as marts
         import backfill_lib.publish.stage as publish_stage
         import backfill_lib.run.batch_stager as batch_stager
         import backfill_lib.run.source_check as source_check
