@@ -20,6 +20,7 @@ from backfill_lib.ledger.schema import (
     PARTITIONS_SCHEMA,
     RUNS_SCHEMA,
     SCHEMAS,
+    RunRecord,
     json_value,
     run_record,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "PARTITIONS_SCHEMA",
     "RUNS_SCHEMA",
     "SCHEMAS",
+    "RunRecord",
     "EventWriter",
     "Ledger",
     "json_value",

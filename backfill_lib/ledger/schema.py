@@ -25,6 +25,8 @@ Tables, in ``settings.ledger_schema``:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timezone
 
 from pyspark.sql.types import (
@@ -131,17 +133,62 @@ def string_literal(text: str) -> str:
     return f"CAST(X'{text.encode().hex()}' AS STRING)"
 
 
-def run_record(plan) -> dict:
+@dataclass(frozen=True, eq=False)
+class RunRecord(Mapping):
+    """A run's record as its latest event holds it (the columns of :data:`RUNS_SCHEMA`; ``seq`` and ``event_at``
+    are stamped when the event is queued). Frozen: a transition records a new record
+    (:meth:`~backfill_lib.ledger.store.Ledger.record_run`, called by the stage that owns the transition). Read like
+    the mapping of column to value the ledger's reads return (``record["status"]``, ``record.get(...)``)."""
+
+    run_id: str
+    status: str | None = None
+    request_name: str | None = None
+    target_table: str | None = None
+    owner: str | None = None
+    reason: str | None = None
+    strategy: str | None = None
+    staging_table: str | None = None
+    target_version_seen: int | None = None
+    pre_publish_version: int | None = None
+    published_version: int | None = None
+    message: str | None = None
+    plan_json: str | None = None
+    approved_by: str | None = None
+    rollback_until: datetime | None = None
+    rollback_plan: str | None = None
+    resumable: bool | None = None
+    seq: int | None = None
+    event_at: datetime | None = None
+
+    @classmethod
+    def of(cls, values: Mapping) -> RunRecord:
+        """The record of ``values`` (a ledger row or record; columns this version does not know are left out)."""
+        return values if isinstance(values, RunRecord) else cls(**{k: v for k, v in values.items() if k in _RUN_FIELDS})
+
+    def advanced(self, status: str, **changes) -> RunRecord:
+        """This record in ``status`` with ``changes`` (column: value); a column this version does not know is a
+        ``TypeError``."""
+        return replace(self, status=status, **changes)
+
+    def __getitem__(self, key: str):
+        if key not in _RUN_FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(_RUN_FIELDS)
+
+    def __len__(self) -> int:
+        return len(_RUN_FIELDS)
+
+
+_RUN_FIELDS = tuple(f.name for f in fields(RunRecord))
+
+
+def run_record(plan) -> RunRecord:
     """The fixed fields of a run's ledger record, from its plan."""
     request = plan.request
-    return {
-        "run_id": plan.run_id,
-        "request_name": request.name,
-        "target_table": plan.target_table,
-        "owner": request.owner,
-        "reason": request.reason,
-        "strategy": request.strategy.value,
-        "staging_table": plan.staging_table,
-        "target_version_seen": plan.target_version,
-        "plan_json": json.dumps(plan.summary()),
-    }
+    return RunRecord(run_id=plan.run_id, request_name=request.name, target_table=plan.target_table,
+                     owner=request.owner, reason=request.reason, strategy=request.strategy.value,
+                     staging_table=plan.staging_table, target_version_seen=plan.target_version,
+                     plan_json=json.dumps(plan.summary()))

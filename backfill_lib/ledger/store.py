@@ -8,6 +8,7 @@ the latest one by ``seq``. Writing is :class:`~backfill_lib.ledger.writer.EventW
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 import json
 import time
 
@@ -17,7 +18,7 @@ from pyspark.sql import functions as F
 from backfill_lib.adapters.delta_log import live_metadata
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import RunNotFoundError
-from backfill_lib.ledger.schema import SCHEMAS
+from backfill_lib.ledger.schema import SCHEMAS, RunRecord
 from backfill_lib.ledger.writer import EventWriter
 
 
@@ -80,13 +81,14 @@ class Ledger(EventWriter):
                 pairs = ", ".join(f"'{k}' = '{v}'" for k, v in unset.items())
                 self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({pairs})")
 
-    def record_run(self, run: dict, status: str, **changes) -> dict:
-        """Append a run event: the previous run record with ``changes`` and the new ``status``; return it.
+    def record_run(self, run: Mapping, status: str, **changes) -> RunRecord:
+        """Append a run event: the previous run record (a :class:`~backfill_lib.ledger.schema.RunRecord`, or a
+        ledger read's mapping) with ``changes`` and the new ``status``; return the new record.
 
         ``plan_json`` is written with the ``planned`` event only (it can be megabytes); the returned record
         keeps it."""
-        record = {**run, **changes, "status": status}
-        self._append("runs", [record if status == "planned" else {**record, "plan_json": None}])
+        record = RunRecord.of(run).advanced(status, **changes)
+        self._append("runs", [dict(record) if status == "planned" else {**record, "plan_json": None}])
         self._last_run[record["run_id"]] = record
         for listener in self.listeners:
             listener(record, status)
@@ -104,7 +106,7 @@ class Ledger(EventWriter):
             raise
         self.flush()
 
-    def last_recorded(self, run_id: str) -> dict | None:
+    def last_recorded(self, run_id: str) -> RunRecord | None:
         """The run record :meth:`record_run` last returned for ``run_id`` in this process (no read), or ``None``."""
         return self._last_run.get(run_id)
 
