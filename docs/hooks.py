@@ -55,7 +55,7 @@ def _type(prop: dict, anchor_prefix: str) -> str:
         nullable = len(options) < len(prop.get("anyOf", prop.get("oneOf")))
         return text + (" or null" if nullable else "")
     if "enum" in prop:
-        return " \\| ".join(f"`{json.dumps(v)}`" for v in prop["enum"])
+        return " or ".join(f"`{json.dumps(v)}`" for v in prop["enum"])
     if "const" in prop:
         return f"`{json.dumps(prop['const'])}`"
     kind = prop.get("type", "any")
@@ -86,15 +86,42 @@ def _default(prop: dict, required: bool) -> str:
         return "**required**"
     if "default" in prop:
         return f"`{json.dumps(prop['default'])}`"
+    if "$ref" in prop:
+        return "its fields' defaults"
     return ""
 
 
-def _object_table(schema: dict, anchor_prefix: str, notes: dict[str, str] | None = None) -> list[str]:
+def _first_sentence(text: str) -> str:
+    """The first sentence of a docstring (up to its first colon when that sentence is long)."""
+    text = " ".join(_strip_parameters(text).split())
+    sentence = re.split(r"(?<=\.)\s", text, maxsplit=1)[0]
+    if len(sentence) > 200 and ":" in sentence:
+        sentence = sentence.split(":", 1)[0] + "."
+    return sentence
+
+
+def _referenced(prop: dict) -> str | None:
+    """The definition a property refers to, directly, as a list's items or as a nullable option."""
+    for candidate in [prop, prop.get("items", {}), *prop.get("anyOf", [])]:
+        if "$ref" in candidate:
+            return candidate["$ref"].rsplit("/", 1)[-1]
+        if "$ref" in candidate.get("items", {}):
+            return candidate["items"]["$ref"].rsplit("/", 1)[-1]
+    return None
+
+
+def _object_table(
+    schema: dict, anchor_prefix: str, notes: dict[str, str] | None = None, defs: dict | None = None
+) -> list[str]:
     notes = notes or {}
+    defs = defs or {}
     required = set(schema.get("required", ()))
     lines = ["| field | type | default | description |", "|---|---|---|---|"]
     for name, prop in schema.get("properties", {}).items():
         description = prop.get("description") or notes.get(name, "")
+        ref = _referenced(prop)
+        if not description and ref in defs:
+            description = _first_sentence(defs[ref].get("description", ""))
         lines.append(
             f"| `{name}` | {_cell(_type(prop, anchor_prefix))} | {_default(prop, name in required)} "
             f"| {_cell(description)} |"
@@ -102,13 +129,15 @@ def _object_table(schema: dict, anchor_prefix: str, notes: dict[str, str] | None
     return lines
 
 
-def _definition(name: str, schema: dict, anchor_prefix: str, notes: dict[str, str], level: str) -> list[str]:
+def _definition(
+    name: str, schema: dict, anchor_prefix: str, notes: dict[str, str], level: str, defs: dict
+) -> list[str]:
     lines = [f"{level} {name} {{#{anchor_prefix}{name.lower()}}}", ""]
     description = _strip_parameters(schema.get("description", ""))
     if description:
         lines += [_rst_to_md(description), ""]
     if "properties" in schema:
-        lines += _object_table(schema, anchor_prefix, notes) + [""]
+        lines += _object_table(schema, anchor_prefix, notes, defs) + [""]
     elif "enum" in schema:
         lines += ["One of: " + ", ".join(f"`{v}`" for v in schema["enum"]) + ".", ""]
     return lines
@@ -196,10 +225,11 @@ def request_reference() -> str:
     prefix = "request-"
     lines = [f"## BackfillRequest {{#{prefix}backfillrequest}}", ""]
     lines += [_rst_to_md(inspect.getdoc(BackfillRequest) or ""), ""]
-    lines += _object_table(schema, prefix, _field_notes(BackfillRequest)) + [""]
+    defs = schema.get("$defs", {})
+    lines += _object_table(schema, prefix, _field_notes(BackfillRequest), defs) + [""]
     for name, definition in sorted(schema.get("$defs", {}).items()):
         notes = _field_notes(models[name]) if name in models else {}
-        lines += _definition(name, definition, prefix, notes, "###")
+        lines += _definition(name, definition, prefix, notes, "###", defs)
     return "\n".join(lines)
 
 
@@ -211,44 +241,54 @@ def json_schema_reference() -> str:
     kinds = [o["$ref"].rsplit("/", 1)[-1] for o in schema.get("oneOf", [])]
     if kinds:
         lines += ["A document is one of: " + ", ".join(f"[{k}](#{prefix}{k.lower()})" for k in kinds) + ".", ""]
-    for name, definition in sorted(schema.get("$defs", {}).items()):
-        lines += _definition(name, definition, prefix, {}, "###")
+    defs = schema.get("$defs", {})
+    for name, definition in sorted(defs.items()):
+        lines += _definition(name, definition, prefix, {}, "###", defs)
     return "\n".join(lines)
 
 
 # --- the CLI ---------------------------------------------------------------------------------------------------
 
 
-def _param_row(param) -> str:
-    import click
-
-    if isinstance(param, click.Argument):
-        name = f"`{param.human_readable_name}`"
+def _param_row(param, ctx) -> str:
+    if param.param_type_name == "argument":
+        name = f"`{param.name.upper()}`"
         kind = "argument"
     else:
         name = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
-        kind = "flag" if param.is_flag else param.type.name.lower()
-    required = "**required**" if param.required else ""
+        kind = "flag" if getattr(param, "is_flag", False) else param.display_type(ctx).strip("<>")
     default = param.default
-    if not param.required and default not in (None, False, ()) and not callable(default):
-        required = f"`{default}`"
-    help_text = getattr(param, "help", None) or ""
-    return f"| {name} | {kind} | {required} | {_cell(help_text)} |"
+    if param.required:
+        shown = "**required**"
+    elif default not in (None, False, ()) and not callable(default):
+        shown = f"`{default}`"
+    else:
+        shown = ""
+    return f"| {name} | {kind} | {shown} | {_cell(getattr(param, 'help', None) or '')} |"
+
+
+def _usage(command, prefix: str) -> str:
+    pieces = [prefix]
+    if any(p.param_type_name == "option" for p in command.params):
+        pieces.append("[OPTIONS]")
+    for p in command.params:
+        if p.param_type_name == "argument":
+            pieces.append(p.name.upper() if p.required else f"[{p.name.upper()}]")
+    return " ".join(pieces)
 
 
 def _command_section(name: str, command, parent: str) -> list[str]:
-    import click
+    from typer._click import Context
 
-    ctx = click.Context(command, info_name=f"{parent} {name}".strip())
-    usage = " ".join(command.collect_usage_pieces(ctx))
-    lines = [f"### `{parent} {name}`".replace("  ", " "), ""]
+    ctx = Context(command, info_name=name)
+    lines = [f"### `{parent} {name}`", ""]
     if command.help:
         lines += [_rst_to_md(inspect.cleandoc(command.help)), ""]
-    lines += ["```text", f"{parent} {name} {usage}".strip(), "```", ""]
+    lines += ["```text", _usage(command, f"{parent} {name}"), "```", ""]
     params = [p for p in command.params if not getattr(p, "hidden", False)]
     if params:
         lines += ["| parameter | type | default | help |", "|---|---|---|---|"]
-        lines += [_param_row(p) for p in params] + [""]
+        lines += [_param_row(p, ctx) for p in params] + [""]
     return lines
 
 
@@ -257,12 +297,15 @@ def cli_reference() -> str:
 
     from backfill_lib.cli import app
 
+    from typer._click import Context
+
     group = typer.main.get_command(app)
+    ctx = Context(group, info_name="backfill")
     lines = ["## Global options", "", "Given before the command (`backfill --settings FILE run ...`).", ""]
     if group.help:
         lines += [_rst_to_md(group.help), ""]
     lines += ["| parameter | type | default | help |", "|---|---|---|---|"]
-    lines += [_param_row(p) for p in group.params if not getattr(p, "hidden", False)] + ["", "## Commands", ""]
+    lines += [_param_row(p, ctx) for p in group.params if not getattr(p, "hidden", False)] + ["", "## Commands", ""]
     for name, command in group.commands.items():
         lines += _command_section(name, command, "backfill")
     return "\n".join(lines)
