@@ -9,6 +9,7 @@ A page asks for a generated block with an HTML comment on a line of its own, ``<
 - ``cli``: every command of the typer app (``backfill_lib/cli.py``), from ``typer.main.get_command(app)``.
 - ``errors``: the ``BackfillError`` classes of ``backfill_lib/core/errors.py``, their exit codes and docstrings.
 - ``json-schema``: the shipped ``backfill_lib/schemas/backfill-output-v1.schema.json``, definition by definition.
+- ``settings``: the settings model ``Settings`` (``backfill_lib/core/settings.py``), as the request.
 - ``settings-file``: ``conf/settings.yml`` as it is.
 - ``import-layers``: the layers of ``[tool.importlinter]`` in ``pyproject.toml``.
 
@@ -151,7 +152,7 @@ def _rst_to_md(text: str) -> str:
 
 def _strip_parameters(doc: str) -> str:
     """A docstring without its numpy-style ``Parameters`` / ``Raises`` sections (they become field descriptions)."""
-    return re.split(r"\n\s*(?:Parameters|Raises|Returns)\n\s*-{3,}\n", doc)[0]
+    return re.split(r"\n\s*(?:Parameters|Attributes|Raises|Returns)\n\s*-{3,}\n", doc)[0]
 
 
 # --- descriptions the schema lacks: `#:` comments and numpy Parameters sections --------------------------------
@@ -162,15 +163,17 @@ def _field_notes(cls: type) -> dict[str, str]:
     numpy-style ``Parameters`` section of its docstring (``a, b : type`` then indented text)."""
     notes: dict[str, str] = {}
     doc = inspect.getdoc(cls) or ""
-    match = re.search(r"\n\s*Parameters\n\s*-{3,}\n(.*?)(?:\n\s*\n\s*\w+\n\s*-{3,}|\Z)", "\n" + doc, re.S)
+    match = re.search(
+        r"\n\s*(?:Parameters|Attributes)\n\s*-{3,}\n(.*?)(?:\n\s*\n\s*\w+\n\s*-{3,}|\Z)", "\n" + doc, re.S
+    )
     if match:
         current: list[str] = []
         text: list[str] = []
         for line in match.group(1).splitlines():
-            if line and not line.startswith(" ") and " : " in line:
+            if line and not line.startswith(" ") and (" : " in line or line.rstrip().endswith(":")):
                 for n in current:
                     notes[n] = " ".join(text)
-                current = [n.strip() for n in line.split(" : ")[0].split(",")]
+                current = [n.strip() for n in line.rstrip().rstrip(":").split(" : ")[0].split(",")]
                 text = []
             elif line.strip():
                 text.append(line.strip())
@@ -330,6 +333,21 @@ def errors_reference() -> str:
     return "\n".join(lines)
 
 
+def settings_reference() -> str:
+    from backfill_lib.core.settings import Settings
+
+    schema = Settings.model_json_schema()
+    models = _models(Settings)
+    prefix = "settings-"
+    defs = schema.get("$defs", {})
+    lines = [f"### Settings {{#{prefix}settings}}", ""]
+    lines += _object_table(schema, prefix, _field_notes(Settings), defs) + [""]
+    for name, definition in sorted(defs.items()):
+        notes = _field_notes(models[name]) if name in models else {}
+        lines += _definition(name, definition, prefix, notes, "###", defs)
+    return "\n".join(lines)
+
+
 def settings_file() -> str:
     path = ROOT / "conf" / "settings.yml"
     return f"`{path.relative_to(ROOT)}`, as shipped:\n\n```yaml\n{path.read_text().rstrip()}\n```"
@@ -356,6 +374,7 @@ GENERATORS = {
     "cli": cli_reference,
     "errors": errors_reference,
     "json-schema": json_schema_reference,
+    "settings": settings_reference,
     "settings-file": settings_file,
     "import-layers": import_layers,
 }
