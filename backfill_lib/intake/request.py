@@ -348,7 +348,8 @@ def mart_order(marts: tuple[Mart, ...]) -> tuple[Mart, ...]:
 class BackfillRequest(_Frozen):
     """A checked backfill request. See ``conf/backfills/fix_daily_route_delays.yml`` for a full example."""
 
-    #: the request's name, unique per target; `--only` compares runs of the same name and target
+    #: the request's name (loaded from a file: the file's name without `.yml` unless given); `--only` compares the
+    #: runs of the same name and target
     name: str
     #: who asks for the backfill (an e-mail or team), recorded in the ledger and the commit's `userMetadata`
     owner: str = Field(min_length=1)
