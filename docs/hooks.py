@@ -39,8 +39,7 @@ MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 
 def _cell(text: str) -> str:
     """One table cell: a single line, pipes escaped, reST double back-quotes made Markdown code."""
-    text = re.sub(r"``(.+?)``", r"`\1`", text, flags=re.S)
-    text = re.sub(r":(?:func|class|mod|attr|meth):`~?([^`]+)`", r"`\1`", text)
+    text = _code_spans(text)
     text = " ".join(text.split())
     return text.replace("|", "\\|")
 
@@ -145,8 +144,17 @@ def _definition(
 
 
 def _rst_to_md(text: str) -> str:
-    text = textwrap.dedent(text).strip()
-    text = re.sub(r"``(.+?)``", r"`\1`", text, flags=re.S)
+    return _code_spans(textwrap.dedent(text).strip())
+
+
+def _code_spans(text: str) -> str:
+    """reST inline literals (``x``) and roles (:func:`x`) as Markdown code spans; a literal that holds a
+    back-quote becomes a double-back-quoted span."""
+    def literal(match: re.Match) -> str:
+        content = " ".join(match.group(1).split())
+        return f"`` {content} ``" if "`" in content else f"`{content}`"
+
+    text = re.sub(r"``(.+?)``(?!`)", literal, text, flags=re.S)
     return re.sub(r":(?:func|class|mod|attr|meth):`~?([^`]+)`", r"`\1`", text)
 
 
