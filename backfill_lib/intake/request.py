@@ -109,11 +109,17 @@ class Target(_Frozen):
       (:func:`backfill_lib.intake.where_check.check_where`).
     """
 
+    #: `[catalog.]schema.table`, or a path-based name delta.`<absolute path>`
     table: TableName
+    #: the column that carries the range (a partition column, or a data column of an unpartitioned or clustered table)
     partition_column: str
+    #: the size of one partition: `day`, `month` or `hour`
     grain: Grain = Grain.DAY
+    #: the Spark datetime pattern of a `STRING` partition column (`yyyyMMdd`)
     partition_format: str | None = None
+    #: a SQL predicate on the table's other partition columns that narrows a recompute or patch (`region = 'EU'`)
     where: str | None = None
+    #: integer partition columns that together carry the range, instead of `partition_column`
     partition_columns: DatePartColumns | None = None
 
     @model_validator(mode="before")
@@ -169,7 +175,9 @@ class Target(_Frozen):
 class DateRange(_Frozen):
     """Inclusive local dates as the user writes them; see :func:`backfill_lib.core.partitions.half_open`."""
 
+    #: first local day of the range, `YYYY-MM-DD` (at `grain: month`, the first day of a month)
     start: date
+    #: last local day of the range, included, `YYYY-MM-DD` (at `grain: month`, any day of the last month)
     end: date
 
     @field_validator("start", "end", mode="before")
@@ -197,6 +205,7 @@ class Source(_Frozen):
     grains, ``TIMESTAMP`` for hours): the SQL must return rows with ``range_start <= partition < range_end``.
     """
 
+    #: the SQL file (one read-only query) that yields the corrected rows
     sql: Path
 
 
@@ -205,6 +214,7 @@ class SourceMetric(_Frozen):
 
     table: TableName
     partition_column: str
+    #: SQL aggregate over the source table's rows of the partition (`count(*)`)
     metric: str
 
 
@@ -215,7 +225,9 @@ class ReconciliationRule(_Frozen):
     compared exactly as integers or decimals, never through floating point.
     """
 
+    #: the check's name in the report
     name: str
+    #: SQL aggregate over the staged rows (`sum(flights)`)
     metric: str
     source: SourceMetric
     tolerance: float = Field(default=0, ge=0)
@@ -260,12 +272,17 @@ class Mart(_Frozen):
     that must publish first.
     """
 
+    #: the mart table
     table: TableName
     partition_column: str
     grain: Grain = Grain.DAY
+    #: the SQL file deriving the mart from the target, with `:range_start` / `:range_end`
     sql: Path
+    #: the columns that identify a mart row
     keys: tuple[str, ...] = Field(min_length=1)
+    #: a Great Expectations suite for the mart's staged rows
     expectations: Path | None = None
+    #: other marts of this request (by table) that must publish first
     depends_on: tuple[str, ...] = ()
 
     @field_validator("depends_on")
@@ -317,27 +334,39 @@ def mart_order(marts: tuple[Mart, ...]) -> tuple[Mart, ...]:
 class BackfillRequest(_Frozen):
     """A checked backfill request. See ``conf/backfills/fix_daily_route_delays.yml`` for a full example."""
 
+    #: the request's name (loaded from a file: the file's name without `.yml` unless given); `--only` compares the
+    #: runs of the same name and target
     name: str
+    #: who asks for the backfill (an e-mail or team), recorded in the ledger and the commit's `userMetadata`
     owner: str = Field(min_length=1)
+    #: why (a ticket and a sentence), recorded in the ledger and the commit's `userMetadata`
     reason: str = Field(min_length=1)
     target: Target
     range: DateRange | None = None
+    #: IANA zone of the partitions' local dates and hours, and the Spark session zone every SQL of the run runs in
     time_zone: str = "UTC"
     strategy: Strategy
     publish_mode: PublishMode = PublishMode.REPLACE
     source: Source
+    #: the columns that identify a row (null-safe): each must occur once in the staged rows; the diff and MERGE
+    #: match on them
     keys: tuple[str, ...] = Field(min_length=1)
+    #: a Great Expectations suite (JSON) run on the staged rows of the whole range
     expectations: Path | None = None
     reconciliation: tuple[ReconciliationRule, ...] = ()
     metric_rules: tuple[MetricRule, ...] = ()
     gates: Gates = Field(default_factory=Gates)
     diff_gate: DiffGate | None = None
+    #: SQL aggregate charted per partition, before versus after, in the report (unset: `count(*)`)
     report_metric: str | None = None
+    #: patch only: also delete the rows in range whose key the source no longer yields
     delete_missing: bool = False
     #: a rebuild's schema differences that can lose values or names (a narrowed, retyped, dropped or renamed
     #: column): ``refuse`` (exit 2 before anything is written) or ``allow``; widened and added columns always pass
     schema_changes: Literal["refuse", "allow"] = "refuse"
+    #: partitions staged per Spark job (unset: the settings' `batch_size`, else sized by `batch_bytes`)
     batch_size: int | None = Field(default=None, ge=1)
+    #: batches staged at once, as concurrent Spark jobs (unset: the settings' `concurrency`)
     concurrency: int | None = Field(default=None, ge=1, le=64)
     marts: tuple[Mart, ...] = ()
     #: what publishing does when a source the run read at a pinned version changed in the range since:

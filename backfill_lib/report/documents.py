@@ -43,7 +43,7 @@ class _Model(BaseModel):
 
 
 class _Document(_Model):
-    schema_version: Literal[1] = Field(SCHEMA_VERSION, description="Version of this schema (see README).")
+    schema_version: Literal[1] = Field(SCHEMA_VERSION, description="Version of this schema (see the documentation, --json output).")
 
 
 # --- plan ---------------------------------------------------------------------------------------------------------

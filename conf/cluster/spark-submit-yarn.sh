@@ -9,7 +9,7 @@
 # with Scala 2.13 on PATH). Client deploy mode: the driver runs here, reads the request, its SQL and its
 # expectation suite from this checkout (relative paths resolve against the working directory) and writes the
 # run report under `home` of the settings. The job's exit code is spark-submit's (0 published, 2 bad request,
-# 3 gate failed, 4 publish refused; see the README).
+# 3 gate failed, 4 publish refused; see docs/reference/cli.md).
 #
 # Every node needs a Python 3.11 with the wheel installed (`pip install delta_backfill-0.1.0-py3-none-any.whl`,
 # built by `python -m build`); PYSPARK_PYTHON names it and becomes spark.pyspark.python (driver and executors).

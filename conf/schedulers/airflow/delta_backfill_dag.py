@@ -5,7 +5,7 @@ Copy this file into the DAGs folder and replace the constants below. It needs Ai
 ``apache-airflow-providers-databricks`` (``DatabricksSubmitRunOperator``). It was checked offline only (parsed,
 structure and exit-code mapping tested in ``tests/e2e/test_schedulers.py``), not run on an Airflow.
 
-Failure semantics follow the product's exit codes (README, "Commands"):
+Failure semantics follow the product's exit codes (docs/reference/cli.md, "Exit codes"):
 
 * 0: published, or nothing to change: the task succeeds.
 * 1 (a Spark or source failure, a commit conflict that did not clear) and 130 (cancelled): worth a retry. Every
