@@ -55,7 +55,7 @@ def patch_match_columns(plan: BackfillPlan) -> tuple[str, ...]:
     """The columns a patch's MERGE matches rows on: the request's keys, then the target's IDENTITY columns that
     are not keys. Delta refuses to update an IDENTITY column (even to its value), so a matched row's update sets
     every other column, and a staged row whose IDENTITY value differs from its key's row in the target replaces
-    that row (a delete and an insert in the same MERGE, :meth:`backfill_lib.strategies.patch.Patch.publish`)."""
+    that row (a delete and an insert in the same MERGE, :meth:`backfill_lib.strategies.patch.Patch.write`)."""
     return tuple(dict.fromkeys([*plan.request.keys, *(c.name for c in plan.target_identity)]))
 
 

@@ -7,7 +7,10 @@ Every commit the run makes carries ``userMetadata`` (JSON: run_id, request, owne
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import contextmanager
+from decimal import Decimal
+from typing import NamedTuple
 
 from pyspark.sql import SparkSession
 
@@ -28,6 +31,37 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 #: Delta's auto compaction for every write of the session; "false" overrides a table's
 #: ``delta.autoOptimize.autoCompact``
 AUTO_COMPACT_CONF = "spark.databricks.delta.autoCompact.enabled"
+
+
+class Written(NamedTuple):
+    """The rows a publishing commit wrote, as observed during the write: their count and their checksum (the
+    sum of the row hash over all columns in name order, ``decimal(38,0)``; ``None`` for no rows)."""
+
+    rows: int
+    checksum: Decimal | None
+
+
+class Published(NamedTuple):
+    """A strategy's publishing commit: the target's version before it, the version it made, and what it wrote
+    (``None`` when the strategy does not observe its write)."""
+
+    pre_publish_version: int
+    version: int
+    written: Written | None = None
+
+
+#: a strategy's write of its publishing commit: ``write(spark, plan, casts, pre)`` makes the one commit on the target
+#: (fenced at version ``pre``) and returns what it wrote, observed (``None`` when it does not observe it)
+Write = Callable[[SparkSession, BackfillPlan, tuple, int], "Written | None"]
+
+
+def publish_commit(spark: SparkSession, plan: BackfillPlan, casts: tuple, write: Write) -> Published:
+    """The publishing commit, the same for every strategy: the fence (:func:`check_fence`: the version the write
+    starts from, or :class:`FenceError`), the strategy's ``write``, then the version its commit made, found by the
+    run ID in the target's history (:func:`find_version`). No strategy can publish without the fence."""
+    pre = check_fence(spark, plan)
+    wrote = write(spark, plan, casts, pre)
+    return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre), wrote)
 
 
 def commit_metadata(plan: BackfillPlan, action: str, **extra: str) -> str:

@@ -31,7 +31,7 @@ from backfill_lib.core.settings import Settings
 from backfill_lib.plan.model import BackfillPlan, Implementation
 from backfill_lib.plan.source_changes import source_changes
 from backfill_lib.plan.source_pins import describe_pins
-from backfill_lib.publish.commit import committed_version
+from backfill_lib.publish.commit import committed_version, publish_commit
 from backfill_lib.publish.safety import check_protected, check_rollback_ready, rollback_until
 from backfill_lib.publish.rollback import Rollback
 from backfill_lib.ledger import Ledger
@@ -179,12 +179,13 @@ class Publish:
                                  f"{plan.target_table}")
 
     def _publish_in_write_zone(self, strategy, staged: Staged):
-        """``strategy.publish`` in the plan's :attr:`~BackfillPlan.write_time_zone`: it writes rows already
+        """The publishing commit (:func:`~backfill_lib.publish.commit.publish_commit`: the fence, the strategy's
+        write, the version it made) in the plan's :attr:`~BackfillPlan.write_time_zone`: it writes rows already
         staged (no SQL of the request's is analysed during it), and Delta keeps each hour's own partition value
         only in a zone without repeated wall clocks."""
         plan = staged.plan
         with session_time_zone(self.spark, plan.write_time_zone, f"run {plan.run_id}"):
-            return strategy.publish(self.spark, plan, staged.casts)
+            return publish_commit(self.spark, plan, staged.casts, strategy.write)
 
     def check_sources(self, plan: BackfillPlan, reporter: Reporter) -> list[Check]:
         """Right before publishing: whether a pinned source changed in the range since the run read it (checks

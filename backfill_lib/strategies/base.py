@@ -15,7 +15,8 @@ from backfill_lib.core.table_state import Column
 from backfill_lib.intake.schema_guard import ColumnCast, align
 from backfill_lib.plan.model import BackfillPlan, Batch
 from backfill_lib.run.staging import StagingTable, check_reserved_column, stage_batch
-from backfill_lib.strategies.commit_check import Published, Written, verify_commit
+from backfill_lib.publish.commit import Written
+from backfill_lib.strategies.commit_check import verify_commit
 from backfill_lib.plan.kinds import StrategyKind
 from backfill_lib.validate.fingerprints import partition_fingerprints, staged_fingerprints
 
@@ -53,8 +54,10 @@ class StrategyImpl(StrategyKind):
         return staged rows per partition key."""
         return stage_batch(plan, batch, df, staging, before_write)
 
-    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
-        """One commit on the target; return its :class:`Published` (versions before and after, what it wrote)."""
+    def write(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...], pre: int) -> Written | None:
+        """The one commit on the target, which the fence found at version ``pre``; return what it wrote, observed
+        as it was written (``None`` when the strategy does not observe it). Called only through
+        :func:`~backfill_lib.publish.commit.publish_commit`, which fences first and finds the version after."""
         raise NotImplementedError
 
     def verify(self, spark: SparkSession, plan: BackfillPlan, version: int,

@@ -23,10 +23,9 @@ from backfill_lib.core.errors import DuplicateKeyError, PublishError
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
-from backfill_lib.publish.commit import check_fence, find_version, idempotent_commit
+from backfill_lib.publish.commit import Written, idempotent_commit
 from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies.base import verify_partitions
-from backfill_lib.strategies.commit_check import Published
 from backfill_lib.plan.kinds import ChangesOnlyKind, merge_keys
 from backfill_lib.strategies.recompute import Recompute
 from backfill_lib.strategies.sql_merge import merge_with_sql
@@ -54,7 +53,7 @@ def differs(column: str, type_: str | DataType, new: bool) -> str:
 
 
 class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
-    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
+    def write(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...], pre: int) -> Written | None:
         """One MERGE of the staged range into the target, writing only the rows that differ (see the module
         docstring); it carries the run's ``userMetadata`` and Delta's idempotent-write guard. A column the schema
         guard found new is added in the same commit (MERGE schema evolution).
@@ -71,7 +70,6 @@ class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
         """
         from delta.tables import DeltaTable
 
-        pre = check_fence(spark, plan)
         columns = [c.name for c in casts]
         keys = merge_keys(plan)
         staged = staged_rows(spark, plan.staging_table).where(plan.predicate()).select(*columns)
@@ -93,7 +91,7 @@ class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
             with idempotent_commit(spark, plan):
                 merge_with_sql(spark, plan.target_table, staged, on, clauses,
                                schema_evolution=any(c.new for c in casts))
-            return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre))
+            return None
         merge = DeltaTable.forName(spark, plan.target_table).alias("t").merge(staged.alias("s"), on)
         if any(c.new for c in casts):
             merge = merge.withSchemaEvolution()
@@ -103,7 +101,7 @@ class RecomputeChangesOnly(ChangesOnlyKind, Recompute):
                  .whenNotMatchedBySourceDelete(condition=in_range))
         with idempotent_commit(spark, plan):
             merge.execute()
-        return Published(pre, find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre))
+        return None
 
     def _refuse_duplicates(self, plan: BackfillPlan, staged: DataFrame, current: DataFrame, keys: tuple[str, ...],
                            version: int) -> None:

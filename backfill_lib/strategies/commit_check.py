@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import NamedTuple
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -34,23 +33,7 @@ from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import Grain
 from backfill_lib.core.table_state import PartitionStats
 from backfill_lib.plan.model import BackfillPlan, stats_by_key
-
-
-class Written(NamedTuple):
-    """The rows a publishing commit wrote, as observed during the write: their count and their checksum (the
-    sum of the row hash over all columns in name order, ``decimal(38,0)``; ``None`` for no rows)."""
-
-    rows: int
-    checksum: Decimal | None
-
-
-class Published(NamedTuple):
-    """A strategy's publishing commit: the target's version before it, the version it made, and what it wrote
-    (``None`` when the strategy does not observe its write)."""
-
-    pre_publish_version: int
-    version: int
-    written: Written | None = None
+from backfill_lib.publish.commit import Written
 
 
 def observed(df: DataFrame) -> tuple[DataFrame, Observation]:

@@ -8,16 +8,16 @@ from pyspark.sql import functions as F
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan
-from backfill_lib.publish.commit import check_fence, find_version, publish_options
+from backfill_lib.publish.commit import Written, publish_options
 from backfill_lib.run.staging import staged_rows
 from backfill_lib.strategies.base import StrategyImpl
-from backfill_lib.strategies.commit_check import Published, observed, written
+from backfill_lib.strategies.commit_check import observed, written
 from backfill_lib.plan.kinds import RecomputeKind
 
 
 class Recompute(RecomputeKind, StrategyImpl):
 
-    def publish(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...]) -> Published:
+    def write(self, spark: SparkSession, plan: BackfillPlan, casts: tuple[ColumnCast, ...], pre: int) -> Written | None:
         """Replace exactly the planned partitions with the staged rows (``replaceWhere``), one commit; the rows'
         count and checksum are observed as they are written, for :func:`verify_commit`.
 
@@ -28,7 +28,6 @@ class Recompute(RecomputeKind, StrategyImpl):
         A range on a data column is ranged instead (``repartitionByRange``): each task writes a contiguous span of
         the column's values, so the new files' min/max statistics stay narrow.
         """
-        pre = check_fence(spark, plan)
         predicate = self.publish_predicate(plan)
         # Staging files hold whole batches: read as they are, one small batch is one task writing every
         # partition's file in turn (one core busy), and a large one writes a file per task and partition.
@@ -48,8 +47,7 @@ class Recompute(RecomputeKind, StrategyImpl):
         # The v2 writer's overwrite(condition) is Delta's replaceWhere; unlike saveAsTable it does not rewrite the
         # table's catalog entry (two ALTER TABLE and about 25 metastore calls per commit).
         writer.overwrite(F.expr(predicate))
-        version = find_version(spark, plan.target_table, plan.commit_run_id, "publish", pre)
-        return Published(pre, version, written(observation))
+        return written(observation)
 
 
 def _parallelism(spark: SparkSession) -> int:

@@ -209,7 +209,7 @@ class StageTimer:
         w(validate_stage.Validate, "validate", "validate: all audits, wall time (their calls: audit threads)")
         w(validate_stage.Validate, "_diff", "validate: diff by key")
         w(SharedPass, "run", "validate: one aggregation per partition (checksums, rules' staged metrics)")
-        w(recompute.Recompute, "publish", "publish: replaceWhere commit")
+        w(recompute.Recompute, "write", "publish: replaceWhere commit")
         w(recompute, "check_fence", "publish: fence")
         w(recompute, "find_version", "publish: find published version")
         w(StrategyImpl, "verify", "verify: rows + checksum vs staging")

@@ -47,13 +47,14 @@ def test_a_resume_that_lost_the_publishing_event_finds_its_commit_instead_of_com
                                                                                                tmp_path, make_runner):
     # The publishing event is written behind the commit, so a crash can leave the ledger at "validated" with the
     # commit made: the resumed run must find that commit, neither refusing at the fence nor committing twice.
+    from backfill_lib.publish.commit import publish_commit
     from backfill_lib.runner import check_source_schema
     from backfill_lib.strategies import implementation
 
     make_events(spark, db, SOURCE)
     plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D8, end=D10), run_id="lost_event_1")
     assert make_runner().run(plan, state, until="validate").status == "validated"
-    implementation(plan).publish(spark, plan, check_source_schema(spark, plan, implementation))  # committed, not recorded
+    publish_commit(spark, plan, check_source_schema(spark, plan, implementation), implementation(plan).write)  # committed, not recorded
     assert current_version(spark, f"{db}.events") == 1
 
     resumed = make_runner().resume("lost_event_1")
