@@ -25,15 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: files kept whole on one worker (their module-scoped fixtures start JVMs of their own)
 GROUPED = ("tests/e2e/test_crash_points.py", "tests/e2e/test_cluster.py", "tests/e2e/test_crash_safety.py")
-#: the longest units first, so that no long one is left to run alone at the end (CI of 2026-12-02: crash_points,
-#: crash_safety and cluster each took about a quarter of one worker's time, then the demo, then the wheel; since
-#: then crash_safety starts 3 JVMs instead of 4, cluster 4 spark-submit JVMs without Ivy resolution instead of 5
-#: with, and the crash processes compile with C1 only, so crash_points, with 6 JVMs, is the longest)
+#: the longest units first, so that no long one is left to run alone at the end: the files that start JVMs of their
+#: own, then the demo, then the wheel
 LONGEST_FIRST = (*GROUPED, "tests/e2e/test_demo.py", "tests/e2e/test_wheel.py")
 #: Spark SQL confs of the test JVMs: evaluate expressions interpreted, without generating and compiling Java code.
 #: The tests' tables hold a few rows, and compiling each query's code on a JVM that runs hundreds of distinct
-#: queries cost more than it saved: eight warm recompute runs of tests/strategies/test_recompute.py's request took
-#: 70 s against 82 s with code generation, two 5-minute subsets of the suite ran 12% faster (2 cores, 2026-12-04).
+#: queries cost more than it saved (the measurements are in the commit that made it so).
 #: Results do not depend on it, with one known Spark defect: ``spark.catalog.listTables`` cannot decode its rows
 #: interpreted (the product does not call it). Code generation stays on in every process the tests start through
 #: the CLI, spark-submit or the wheel, and in the product.

@@ -29,8 +29,7 @@ from tests.fixtures import EVENTS_SCHEMA, FULL_SOURCE, TARGET_ROWS, make_monthly
 
 #: Java options of these JVMs, before the driver's own (``spark.driver.defaultJavaOptions``): C1 only, with the
 #: tiered code cache. Each process lives for a minute or two of tiny jobs on a cold JVM, where C2's compiler threads
-#: took CPU from the 2 cores the test workers share (the first crash process, which also creates the tables, used
-#: 218 s of CPU with C2 under load 8; see the commit). C1 alone would reserve 48 MB of code cache, which a run fills
+#: took CPU from the 2 cores the test workers share (see the commit). C1 alone would reserve 48 MB of code cache, which a run fills
 #: within a minute; 240 MB does not fill.
 JIT_OPTIONS = SHORT_LIVED_JVM_OPTIONS
 

@@ -3,8 +3,8 @@
 A local start reads, verifies and links the classes of Spark, Hive's metastore client and Delta from jars, on
 every start. HotSpot's dynamic class data sharing archive (JDK 13+, ``-XX:ArchiveClassesAtExit`` /
 ``-XX:SharedArchiveFile``; JDK 19's ``-XX:+AutoCreateSharedArchive`` is not in Java 17) holds those classes
-already parsed and verified, and a start maps it instead: the demo's ``backfill plan`` took 33-36 s wall with the archive
-against 47-63 s without, its session's start 6.8-7.5 s against 10.7-17.5 s (2 cores, load 14-18, alternated).
+already parsed and verified, and a start maps it instead, which takes a large part of a short command's start
+off (the measurements are in the commit that added it).
 
 - The first short-lived start (``backfill plan``, ``status``, ``history``) without an archive writes one when its
   JVM exits: to a temporary file of its own, renamed into place only after the JVM exited with status 0

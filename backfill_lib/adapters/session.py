@@ -258,8 +258,7 @@ def _jvm_ignores_sigterm():
 
 
 #: JVM options of a short-lived local session: C1 only (no C2 optimising compiler). On 2 cores the C2 compiler
-#: threads spent most of a dry run's CPU compiling start-up code that never runs again: `backfill plan` of the demo
-#: request took 45-60 s of JVM CPU with tiered compilation and 22-30 s with C1 only (local[*], 2 cores, load 16-18).
+#: threads spent most of a dry run's CPU compiling start-up code that never runs again, about half of it.
 #: Not for runs: their generated code runs for minutes and needs C2. C1 alone reserves a 48 MB code cache, which a
 #: run's generated code fills within a minute (the JVM then stops compiling and warns on stderr): 240 MB, the
 #: tiered default, keeps any longer use compiling.
@@ -267,8 +266,8 @@ SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240
 
 
 #: Spark options of a short-lived local session, over the settings' own: its queries read Delta logs and file
-#: metadata only (a few KB), where adaptive execution splits each into one job per query stage and re-plans it:
-#: the demo's dry run ran 9 Spark jobs with it and 4 without, for the same plan (load 13-15).
+#: metadata only (a few KB), where adaptive execution splits each into one job per query stage and re-plans it,
+#: more than doubling the jobs of a dry run for the same plan.
 SHORT_LIVED_OPTIONS = {"spark.sql.adaptive.enabled": "false"}
 
 

@@ -23,8 +23,8 @@ from backfill_lib.ledger.writer import EventWriter
 
 
 #: Table properties of every ledger table. Each commit of events adds one small file, and every run reads the
-#: ``runs`` table (its lease check, twice) in time that grew with their number: 1.7 s at 20 files, 3.7 s at 500,
-#: 7 to 8 s at 2,000 (warm local session, 2 cores). Delta's auto compaction rewrites them into one after the commit
+#: ``runs`` table (its lease check, twice) in time that grows with their number, several seconds at thousands of
+#: files. Delta's auto compaction rewrites them into one after the commit
 #: that leaves 50 small files (``spark.databricks.delta.autoCompact.minNumFiles``), in the writer's own thread.
 LEDGER_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
 

@@ -32,7 +32,7 @@ from backfill_lib.ledger.schema import JSON_TIMESTAMP_FORMAT, SCHEMAS, json_valu
 log = logging.getLogger(__name__)
 
 #: How long the writer waits after the first queued event for more, unless a flush or ``write_now`` ends the wait
-#: (seconds). Each burst costs a Delta commit per table (a Spark job and a commit, 0.2-0.3 s of a local core), so
+#: (seconds). Each burst costs a Delta commit per table (a Spark job and a commit), so
 #: a short run's events share the commits of its flushes; a batch that took longer than this is committed at once
 #: by the stager (:meth:`Ledger.write_now`), so a crash never loses more than this much staging work.
 LINGER_SECONDS = 30.0
@@ -149,8 +149,8 @@ class EventWriter:
 
     def _insert(self, name: str, rows: list[dict]) -> None:
         # One append of one string literal, the rows as a JSON array that from_json parses in the JVM: no Python
-        # workers, one Delta commit, and a parse cost that stays flat with the rows (a VALUES clause of 2,555
-        # check rows took 1.3-2.5 s to insert, this 0.9-1.1 s; 1 row 0.6 s either way). FAILFAST: a value of the
+        # workers, one Delta commit, and a parse cost that stays flat with the rows (a VALUES clause of thousands of
+        # check rows costs about twice as much; one row the same either way). FAILFAST: a value of the
         # wrong type fails the write (raised by the next flush) instead of being stored as NULL.
         schema = SCHEMAS[name]
         payload = json.dumps([{f.name: json_value(r.get(f.name)) for f in schema.fields} for r in rows])

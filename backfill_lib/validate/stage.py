@@ -80,8 +80,7 @@ class Validate:
         """Start reading the source side of every reconciliation rule and metric rule over the whole range.
 
         They read only the sources, never staging, so they run in ``pool`` while the batches stage instead of
-        lengthening validation (on the 2-core benchmark, validation took 2.8-3.4 s wall instead of about 4.2 s,
-        and staging a little longer, since both share the cores)."""
+        lengthening validation (staging takes a little longer, since both share the cores)."""
         scope, whole = validation_scope(plan)
         return {
             "reconciliation": [pool.submit(in_pool, self.spark, source_metric, self.spark, plan, scope, rule, whole)

@@ -56,7 +56,7 @@ def crashed(tmp_path_factory):
     """Crash one run at each point, then resume them all (and one twice) in one more process.
 
     Each point has its own target; they share one source table, which the first process creates with the targets
-    (a table write on a cold JVM took 10-14 s of its 142 s of table setup at load 9)."""
+    (each table write on a cold JVM costs seconds)."""
     home = tmp_path_factory.mktemp("crash_home")
     requests = {}
     for point in POINTS:

@@ -28,10 +28,8 @@ def readme_demo_line() -> str:
 
 #: Java options of every JVM the commands start (spark-submit reads ``SPARK_SUBMIT_OPTS``, silently): C1 only, as
 #: ``backfill plan`` and ``status`` have anyway (SHORT_LIVED_JVM_OPTIONS), the crash tests' processes and the
-#: cluster test's JVMs. On 2 cores, C2's compiler threads took a third of these cold, one-to-two-minute processes'
-#: CPU: ``backfill demo --reset`` 81-90 s of CPU with C2 against 49-51 s with C1 only, ``run`` of the demo request
-#: 120-141 s against 93-99 s, its ``rollback`` 90-91 s against 52-56 s (alternated, load 3-12, 2026-12-05). What
-#: the commands do and print is the same.
+#: cluster test's JVMs. On 2 cores, C2's compiler threads took about a third of these cold, one-to-two-minute
+#: processes' CPU (see the commit). What the commands do and print is the same.
 JIT_OPTIONS = SHORT_LIVED_JVM_OPTIONS
 
 
