@@ -1,7 +1,7 @@
 """Delta's jars for the embedded local session: straight from the Ivy cache once a start has resolved them.
 
 ``delta.configure_spark_with_delta_pip`` puts ``io.delta:delta-spark_<spark>_<scala>:<delta>`` in
-``spark.jars.packages``, and spark-submit then runs an Ivy resolution on every start (about 1-3 s on 2 cores,
+``spark.jars.packages``, and spark-submit then runs an Ivy resolution on every start (seconds,
 and about 40 lines of ``:: resolving dependencies ::`` output), even when every jar is cached. Here the first start
 still resolves through Ivy (the jars come from Maven Central into the Ivy cache), and the jars that resolution
 put on ``spark.jars`` are remembered in a list beside the cache (``<ivy home>/delta-backfill-<package>.jars``).

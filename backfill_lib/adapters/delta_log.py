@@ -246,7 +246,7 @@ def _snapshot_detail(spark: SparkSession, name: str) -> tuple:
     snapshot's protocol and metadata alone; ``(None, None)`` where only ``DESCRIBE DETAIL`` can say it.
 
     ``DESCRIBE DETAIL`` also counts the table's files and bytes, for which Delta replays the whole log in a Spark
-    job (7 s of the demo's 12-20 s dry run on 2 cores, run again by each new session); the plan counts files itself,
+    job (the largest part of a small dry run, paid again by each new session); the plan counts files itself,
     per partition (:func:`partition_stats`). ``(None, None)`` under Spark Connect (no snapshot object), for a name
     that is no Delta table or a view (``DESCRIBE DETAIL`` then says which), and for a table with liquid clustering
     (its columns live in domain metadata, which Delta reads with the whole file list)."""
@@ -498,7 +498,7 @@ def partition_stats(spark: SparkSession, name: str, partition_column: str | Part
 def _stats_by_value(lines: list[str], key: str) -> dict[str, PartitionStats]:
     """:func:`partition_stats` of Kernel's scan files (:func:`~.kernel_log.kernel_scan_lines`) keyed by the raw
     partition value under ``key`` (its physical name), summed in the driver: the Spark query it replaces parsed
-    the same lines in a Spark job (1.2-1.7 s of the demo's dry run on 2 cores, for 730 files)."""
+    the same lines in a Spark job, a large part of a small dry run."""
     found: dict[str | None, list] = {}
     for line in lines:
         add = json.loads(line)["add"]
