@@ -424,6 +424,21 @@ def live_metadata(spark: SparkSession, name: str) -> tuple[dict[str, str], tuple
         return properties, state.columns
 
 
+def catalog_folder(spark: SparkSession, name: str) -> str | None:
+    """The folder the session catalog gives for table ``name`` when it is on this machine's file system (a
+    ``file:`` URI): one metastore call, no Delta log read. ``None`` for any other location, under Spark Connect,
+    for a name the session catalog does not parse, or when the lookup fails (a missing table)."""
+    from urllib.parse import unquote, urlparse
+
+    try:
+        jspark = spark._jsparkSession
+        ident = jspark.sessionState().sqlParser().parseTableIdentifier(name)
+        uri = urlparse(str(jspark.sessionState().catalog().getTableMetadata(ident).location()))
+    except Exception:
+        return None
+    return unquote(uri.path) if uri.scheme == "file" else None
+
+
 def live_constraints(spark: SparkSession, name: str) -> tuple[Constraint, ...]:
     """The CHECK and NOT NULL constraints Delta table ``name`` enforces as of its latest commit
     (:func:`constraints_of` of :func:`live_metadata`)."""

@@ -84,7 +84,7 @@ class LedgerFiles:
         return [{k: _local(v) for k, v in row.items()} for row in found.to_pylist()]
 
     @staticmethod
-    def _fold_runs(events: list[dict]) -> list[dict]:
+    def fold_runs(events: list[dict]) -> list[dict]:
         """Per run: its latest event by ``seq``, with the latest non-null ``plan_json`` when the events have it."""
         latest: dict[str, dict] = {}
         plans: dict[str, tuple[int, str]] = {}
@@ -109,12 +109,12 @@ class LedgerFiles:
         from backfill_lib.ledger.schema import RUNS_SCHEMA
 
         columns = [f.name for f in RUNS_SCHEMA.fields if f.name != "plan_json"]
-        runs = self._fold_runs(self._rows("runs", columns=columns))
+        runs = self.fold_runs(self._rows("runs", columns=columns))
         return sorted(runs, key=lambda r: r["seq"], reverse=True)[:limit]
 
     def run(self, run_id: str) -> dict:
         """The latest record of ``run_id``; raises :class:`RunNotFoundError` when the ledger has none."""
-        folded = self._fold_runs(self._rows("runs", run_id))
+        folded = self.fold_runs(self._rows("runs", run_id))
         if not folded:
             raise RunNotFoundError(f"run {run_id} not found in ledger {self.name}.runs")
         return folded[0]

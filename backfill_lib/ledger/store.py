@@ -8,16 +8,18 @@ the latest one by ``seq``. Writing is :class:`~backfill_lib.ledger.writer.EventW
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
 import json
+import os
 import time
+from collections.abc import Mapping
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from backfill_lib.adapters.delta_log import live_metadata
+from backfill_lib.adapters.delta_log import catalog_folder, live_metadata
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import RunNotFoundError
+from backfill_lib.ledger import by_path
 from backfill_lib.ledger.schema import SCHEMAS, RunRecord
 from backfill_lib.ledger.writer import EventWriter
 
@@ -32,8 +34,10 @@ LEDGER_PROPERTIES = {"delta.autoOptimize.autoCompact": "true"}
 class Ledger(EventWriter):
     """Reads and appends ledger records in ``schema`` (``spark_catalog`` unless the name says otherwise)."""
 
-    def __init__(self, spark: SparkSession, schema: str):
+    def __init__(self, spark: SparkSession, schema: str, through_files: bool = True):
         super().__init__(spark, schema)
+        #: append to and read the tables through their files where they are local (:mod:`~backfill_lib.ledger.by_path`)
+        self.through_files = through_files
         self._ensured = False
         self._last_run: dict[str, dict] = {}  # run_id -> the run record record_run last returned
         self._turn_marks: dict[str, tuple[int, int] | None] = {}  # run_id -> its runs-table mark (watch_from)
@@ -65,13 +69,19 @@ class Ledger(EventWriter):
             return
         self._ensured = True
         self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+        files = self.through_files and by_path.available()
         for name, schema in SCHEMAS.items():
             table = self.table(name)
-            if not self.spark.catalog.tableExists(table):
-                self._create(table, schema)
-                continue
-            properties, columns = live_metadata(self.spark, table)  # one snapshot: its properties and columns
-            have = {c.name for c in columns}
+            found = self._files_metadata(name, table) if files else None
+            if found is None:
+                if not self.spark.catalog.tableExists(table):
+                    self._create(table, schema)
+                    if files:
+                        self._local_files(name, catalog_folder(self.spark, table))
+                    continue
+                properties, columns = live_metadata(self.spark, table)  # one snapshot: its properties and columns
+                found = properties, [c.name for c in columns]
+            properties, have = found
             missing = [f for f in schema.fields if f.name not in have]
             if missing:
                 added = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
@@ -80,6 +90,29 @@ class Ledger(EventWriter):
             if unset:
                 pairs = ", ".join(f"'{k}' = '{v}'" for k, v in unset.items())
                 self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({pairs})")
+
+    def _files_metadata(self, name: str, table: str) -> tuple[dict[str, str], list[str]] | None:
+        """Ledger table ``name``'s properties and column names read through its files, which from then on take its
+        appends and lease reads (a catalog call and its log, no Spark job: Spark would first read the commits
+        delta-rs wrote since its last look, in a job per table); ``None`` when it is not a Delta table on this
+        machine that delta-rs reads (missing; a table feature delta-rs does not know; a damaged log): Spark then
+        reads and writes it."""
+        local = self._local_files(name, catalog_folder(self.spark, table))
+        if local is None:
+            return None
+        try:
+            return local.metadata()
+        except Exception:
+            del self._by_path[name]
+            return None
+
+    def _local_files(self, name: str, folder: str | None) -> by_path.LedgerTable | None:
+        """Append to and read table ``name`` through its files when ``folder`` is a Delta table's on this machine
+        (return it), else ``None``."""
+        if folder is None or not os.path.isdir(os.path.join(folder, "_delta_log")):
+            return None
+        self._by_path[name] = by_path.LedgerTable(folder, self.table(name))
+        return self._by_path[name]
 
     def record_run(self, run: Mapping, status: str, **changes) -> RunRecord:
         """Append a run event: the previous run record (a :class:`~backfill_lib.ledger.schema.RunRecord`, or a
@@ -156,46 +189,103 @@ class Ledger(EventWriter):
 
         ``flush=False`` reads what is committed without waiting for this process's queued events."""
         from backfill_lib.core.leases import RELEASED, lease_of
-        from backfill_lib.core.table_names import location_spellings, same_location, same_table_key
+        from backfill_lib.core.table_names import same_location, same_table_key
 
         if flush:
             self.flush()
         key = same_table_key(table)
-        runs = self.spark.table(self.table("runs"))
-        narrow = ["run_id", "seq", "status", "event_at", "owner", "resumable", "target_table"]
-        if not key.isascii():  # Spark's and Python's lower-casing agree on ASCII only: every run, compared below
-            events = runs.select(*narrow).collect()
-        else:
-            named = F.lower("target_table") == F.lit(key)
-            if location:  # only a plan event holds the path
-                read_it = F.get_json_object("plan_json", "$.target_location").isin(*location_spellings(location))
-                named = named | F.coalesce(read_it, F.lit(False))
-            events = runs.where(named).select(*narrow).collect()
-            others = {e.run_id for e in events if e.target_table is None or same_table_key(e.target_table) != key}
-            if others:  # their events under their own name, not matched by the filter above
-                events = [e for e in events if e.run_id not in others] + runs.where(
-                    F.col("run_id").isin(*sorted(others))).select(*narrow).collect()
+        files = self._by_path.get("runs")
+        events = (self._lease_events_of_files(files, key, location) if files is not None
+                  else self._lease_events(key, location))
         latest, first = {}, {}
         for event in events:
-            if event.run_id not in latest or event.seq > latest[event.run_id].seq:
-                latest[event.run_id] = event
-            first[event.run_id] = min(event.seq, first.get(event.run_id, event.seq))
-        open_ids = sorted(run_id for run_id, event in latest.items() if event.status not in RELEASED)
+            run_id, seq = event["run_id"], event["seq"]
+            if run_id not in latest or seq > latest[run_id]["seq"]:
+                latest[run_id] = event
+            first[run_id] = min(seq, first.get(run_id, seq))
+        open_ids = sorted(run_id for run_id, event in latest.items() if event["status"] not in RELEASED)
         if not open_ids:
             return []
+        if files is not None:
+            import pyarrow.compute as pc
+
+            found = files.rows(["run_id", "seq", "plan_json"],
+                               pc.field("run_id").isin(open_ids) & pc.field("plan_json").is_valid())
+        else:
+            found = [r.asDict() for r in self.spark.table(self.table("runs")).where(
+                F.col("run_id").isin(*open_ids) & F.col("plan_json").isNotNull()).select("run_id", "seq", "plan_json").collect()]
         plans = {}
-        for row in (runs.where(F.col("run_id").isin(*open_ids) & F.col("plan_json").isNotNull())
-                    .select("run_id", "seq", "plan_json").collect()):
-            if row.run_id not in plans or row.seq > plans[row.run_id].seq:
-                plans[row.run_id] = row
-        leases = [lease_of({**latest[run_id].asDict(), "plan_json": plans[run_id].plan_json,
+        for row in found:
+            if row["run_id"] not in plans or row["seq"] > plans[row["run_id"]]["seq"]:
+                plans[row["run_id"]] = row
+        leases = [lease_of({**latest[run_id], "plan_json": plans[run_id]["plan_json"],
                             "planned_seq": first[run_id]}) for run_id in open_ids if run_id in plans]
         return [lease for lease in leases
                 if same_table_key(lease.table) == key or same_location(lease.location, location)]
 
+    #: the columns of the ``runs`` table a lease is made of
+    _LEASE_COLUMNS = ["run_id", "seq", "status", "event_at", "owner", "resumable", "target_table"]
+
+    def _lease_events(self, key: str, location: str) -> list[dict]:
+        """Through Spark: the narrow events of the runs of the table whose :func:`same_table_key` is ``key``, and
+        of the runs whose plan read ``location``; without a shuffle."""
+        from backfill_lib.core.table_names import location_spellings, same_table_key
+
+        runs = self.spark.table(self.table("runs"))
+        narrow = self._LEASE_COLUMNS
+        if not key.isascii():  # Spark's and Python's lower-casing agree on ASCII only: every run, compared later
+            return [e.asDict() for e in runs.select(*narrow).collect()]
+        named = F.lower("target_table") == F.lit(key)
+        if location:  # only a plan event holds the path
+            read_it = F.get_json_object("plan_json", "$.target_location").isin(*location_spellings(location))
+            named = named | F.coalesce(read_it, F.lit(False))
+        events = runs.where(named).select(*narrow).collect()
+        others = {e.run_id for e in events if e.target_table is None or same_table_key(e.target_table) != key}
+        if others:  # their events under their own name, not matched by the filter above
+            events = [e for e in events if e.run_id not in others] + runs.where(
+                F.col("run_id").isin(*sorted(others))).select(*narrow).collect()
+        return [e.asDict() for e in events]
+
+    def _lease_events_of_files(self, files: by_path.LedgerTable, key: str, location: str) -> list[dict]:
+        """:meth:`_lease_events` read through the table's files: every run's narrow events, those of the runs
+        named ``key`` (in Python's lower case, which the ledger's canonical spelling agrees with) or whose plan
+        read ``location`` kept."""
+        import pyarrow.compute as pc
+
+        from backfill_lib.core.table_names import location_spellings, same_table_key
+
+        events = files.rows(self._LEASE_COLUMNS)
+        names = {e["target_table"] for e in events}
+        ours = {n for n in names if n is not None and same_table_key(n) == key}
+        wanted = {e["run_id"] for e in events if e["target_table"] in ours}
+        if location:
+            spellings = set(location_spellings(location))
+            # only plans whose JSON holds the location's text are parsed (JSON writes it escaped, or as it is)
+            texts = {t for sp in spellings for t in (json.dumps(sp)[1:-1], json.dumps(sp, ensure_ascii=False)[1:-1])}
+            holds = None
+            for text in sorted(texts):
+                found = pc.match_substring(pc.field("plan_json"), text)
+                holds = found if holds is None else holds | found
+            for plan in files.rows(["run_id", "plan_json"], pc.field("plan_json").is_valid() & holds):
+                try:
+                    read = json.loads(plan["plan_json"]).get("target_location")
+                except (ValueError, AttributeError):
+                    continue
+                if read in spellings:
+                    wanted.add(plan["run_id"])
+        return [e for e in events if e["run_id"] in wanted]
+
     def find_run(self, run_id: str) -> dict | None:
         """The latest record of ``run_id``, or ``None`` when the ledger has none."""
         self.flush()
+        files = self._by_path.get("runs")
+        if files is not None:
+            import pyarrow.compute as pc
+
+            from backfill_lib.ledger.files import LedgerFiles
+
+            folded = LedgerFiles.fold_runs(files.rows(where=pc.field("run_id") == run_id))
+            return folded[0] if folded else None
         rows = self._fold_runs(self.spark.table(self.table("runs")).where(F.col("run_id") == run_id)).collect()
         return rows[0].asDict() if rows else None
 
@@ -216,6 +306,12 @@ class Ledger(EventWriter):
         latest version): no other process has written an event since the run existed."""
         if run_id in self._turn_marks and self.only_commits_of("runs", self._turn_marks[run_id], run_id):
             return None
+        files = self._by_path.get("runs")
+        if files is not None:
+            import pyarrow.compute as pc
+
+            found = files.rows(["message", "seq"], (pc.field("run_id") == run_id) & (pc.field("status") == "abandoned"))
+            return max(found, key=lambda r: r["seq"]) if found else None
         rows = (self.spark.table(self.table("runs"))
                 .where((F.col("run_id") == run_id) & (F.col("status") == "abandoned"))
                 .select("message", "seq").orderBy(F.col("seq").desc()).limit(1).collect())
@@ -224,6 +320,11 @@ class Ledger(EventWriter):
     def has_run(self, run_id: str) -> bool:
         """Whether the ledger has any event of ``run_id`` (one scan with a limit, no folding)."""
         self.flush()
+        files = self._by_path.get("runs")
+        if files is not None:
+            import pyarrow.compute as pc
+
+            return bool(files.rows(["run_id"], pc.field("run_id") == run_id))
         return bool(self.spark.table(self.table("runs")).where(F.col("run_id") == run_id).select("run_id").limit(1).collect())
 
     def run(self, run_id: str) -> dict:

@@ -25,8 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 from pyspark.sql import SparkSession
+from pyspark.sql.types import StringType
 
 from backfill_lib.core.errors import BackfillError
+from backfill_lib.ledger.by_path import LedgerTable
 from backfill_lib.ledger.schema import JSON_TIMESTAMP_FORMAT, SCHEMAS, json_value, string_literal
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,16 @@ def tagged_runs(meta: str | None, key: str = TAG_KEY) -> list[str]:
     return [r for r in runs if isinstance(r, str)] if isinstance(runs, list) else []
 
 
+def _as_column(field, value):
+    """``value`` as column ``field`` of a ledger table stores it through delta-rs, as Spark's append of its JSON
+    (:meth:`EventWriter._insert`) would: a number or flag in a text column as its JSON text; anything else as it is
+    (a value of the wrong type then fails the append)."""
+    if value is not None and isinstance(field.dataType, StringType) and not isinstance(value, str):
+        value = json_value(value)
+        return value if isinstance(value, str) else json.dumps(value)
+    return value
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -87,6 +99,9 @@ class EventWriter:
         #: across each INSERT into the table and the entry it adds
         self._commits: dict[str, list[frozenset]] = {name: [] for name in SCHEMAS}
         self._commit_locks = {name: threading.Lock() for name in SCHEMAS}
+        #: the tables appended to and read through their files (:mod:`~backfill_lib.ledger.by_path`), by name; the
+        #: others through Spark. Filled by ``Ledger.ensure``.
+        self._by_path: dict[str, LedgerTable] = {}
 
     def table(self, name: str) -> str:
         return f"{self.schema}.{name}"
@@ -148,6 +163,16 @@ class EventWriter:
                     self._cond.notify_all()
 
     def _insert(self, name: str, rows: list[dict]) -> None:
+        runs = frozenset(r.get("run_id") for r in rows)
+        planned = {r["run_id"] for r in rows if name == "runs" and r.get("status") == "planned" and r.get("run_id")}
+        files = self._by_path.get(name)
+        if files is not None:
+            schema = SCHEMAS[name]
+            events = [{f.name: _as_column(f, r.get(f.name)) for f in schema.fields} for r in rows]
+            with self._commit_locks[name]:
+                files.append(events, commit_tag(runs, planned))
+                self._commits[name].append(runs)
+            return
         # One append of one string literal, the rows as a JSON array that from_json parses in the JVM: no Python
         # workers, one Delta commit, and a parse cost that stays flat with the rows (a VALUES clause of thousands of
         # check rows costs about twice as much; one row the same either way). FAILFAST: a value of the
@@ -158,8 +183,6 @@ class EventWriter:
         array_type = f"array<{schema.simpleString()}>"
         from backfill_lib.adapters.session import COMMIT_CONFS
 
-        runs = frozenset(r.get("run_id") for r in rows)
-        planned = {r["run_id"] for r in rows if name == "runs" and r.get("status") == "planned" and r.get("run_id")}
         rows_frame = self.spark.sql(
             f"SELECT {columns} FROM (SELECT inline(from_json({string_literal(payload)}, '{array_type}', "
             f"map('timestampFormat', {string_literal(JSON_TIMESTAMP_FORMAT)}, 'mode', 'FAILFAST'))))")
@@ -179,7 +202,9 @@ class EventWriter:
 
         with self._commit_locks[name]:
             try:
-                return current_version(self.spark, self.table(name)), len(self._commits[name])
+                files = self._by_path.get(name)
+                latest = files.version() if files is not None else current_version(self.spark, self.table(name))
+                return latest, len(self._commits[name])
             except Exception:
                 return None
 
@@ -210,7 +235,10 @@ class EventWriter:
         if mark is None:
             return {}
         found: dict[str, int] = {}
-        for version, meta in sorted(user_metadata_since(self.spark, self.table("runs"), mark[0] + 1)):
+        files = self._by_path.get("runs")
+        commits = (files.user_metadata_since(mark[0] + 1) if files is not None
+                   else user_metadata_since(self.spark, self.table("runs"), mark[0] + 1))
+        for version, meta in sorted(commits):
             for run_id in tagged_runs(meta, PLANNED_KEY):
                 found.setdefault(run_id, version)
         return found

@@ -8,6 +8,7 @@ import pytest
 from pyspark.errors import AnalysisException
 
 from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.core.errors import BackfillError
 from backfill_lib.core.checks import Check
 from backfill_lib.ledger import Ledger
 
@@ -34,20 +35,22 @@ def test_events_are_written_behind_and_the_plan_json_only_once(spark, db):
     assert spark.table(f"{db}.partitions").select("seq").distinct().count() == 2
 
 
-def test_a_failed_ledger_write_is_raised_by_the_next_flush_once(spark, db):
-    ledger = Ledger(spark, db)
+@pytest.mark.parametrize("through_files", [False, True], ids=["spark", "files"])
+def test_a_failed_ledger_write_is_raised_by_the_next_flush_once(spark, db, through_files):
+    ledger = Ledger(spark, db, through_files=through_files)
     ledger.ensure()
+    assert ("checks" in ledger._by_path) is through_files  # the embedded default's tables are local
     spark.sql(f"DROP TABLE {db}.checks")
     ledger.record_partitions("r2", [{"partition": "2024-03-08", "status": "staged", "rows": 1}])
     ledger._append("checks", [{"run_id": "r2", "kind": "gate", "name": "rows", "success": True}])
-    with pytest.raises(AnalysisException, match="checks"):
+    with pytest.raises(BackfillError if through_files else AnalysisException, match="checks"):
         ledger.flush()
     ledger.flush()  # raised once; later events are written again
     assert [p["status"] for p in ledger.partitions("r2")] == ["staged"]
 
 
 def test_wait_committed_returns_once_events_up_to_the_mark_are_committed_and_raises_their_loss(spark, db):
-    ledger = Ledger(spark, db)
+    ledger = Ledger(spark, db, through_files=False)
     ledger.ensure()
     record = ledger.record_run({"run_id": "r4"}, "planned")  # the writer wakes here and lingers (30 s)
     mark = ledger.recorded()
@@ -86,7 +89,7 @@ def test_a_ledger_insert_is_one_spark_job_in_a_non_utc_session(spark, db):
 
     assert spark.conf.get("spark.sql.session.timeZone") != "UTC"
     assert spark.conf.get(ALL_FILES_IN_CRC) == "false"
-    ledger = Ledger(spark, db)
+    ledger = Ledger(spark, db, through_files=False)
     ledger.ensure()
     # the table's first commit in a process also loads its file list, which auto compaction checks after it
     ledger._insert("runs", [{"run_id": "r", "seq": 0, "status": "planned"}])
@@ -100,11 +103,30 @@ def test_a_ledger_insert_is_one_spark_job_in_a_non_utc_session(spark, db):
     assert jobs == [1, 1, 1]
 
 
-def test_ledger_values_are_stored_exactly(spark, db):
-    # Rows travel as one JSON literal: text with quotes, backslashes, newlines and non-ASCII letters, a UTC
-    # timestamp to the microsecond in a non-UTC session, 64-bit counts and NULLs all read back unchanged; a value
-    # of the wrong type fails the write rather than turning into NULL.
+def test_a_ledger_insert_through_the_files_is_no_spark_job_and_spark_reads_it_with_its_tag(spark, db):
+    from backfill_lib.ledger.writer import tagged_runs
+
     ledger = Ledger(spark, db)
+    ledger.ensure()
+    assert sorted(ledger._by_path) == ["checks", "diffs", "partitions", "runs"]
+    tracker, group = spark.sparkContext.statusTracker(), f"{db}-files"
+    spark.sparkContext.setJobGroup(group, "ledger inserts through the files")
+    for i in range(3):
+        ledger._insert("runs", [{"run_id": f"r{i}", "seq": i, "status": "planned"}])
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert len(tracker.getJobIdsForGroup(group)) == 0
+    assert [(r["run_id"], r["status"]) for r in spark.table(f"{db}.runs").orderBy("seq").collect()] == [
+        ("r0", "planned"), ("r1", "planned"), ("r2", "planned")]
+    history = spark.sql(f"DESCRIBE HISTORY {db}.runs").orderBy("version").collect()
+    assert [tagged_runs(h["userMetadata"], "planned_runs") for h in history[-3:]] == [["r0"], ["r1"], ["r2"]]
+
+
+@pytest.mark.parametrize("through_files", [False, True], ids=["spark", "files"])
+def test_ledger_values_are_stored_exactly(spark, db, through_files):
+    # Rows travel as one JSON literal (Spark) or an arrow table (delta-rs): text with quotes, backslashes,
+    # newlines and non-ASCII letters, a UTC timestamp to the microsecond in a non-UTC session, 64-bit counts and
+    # NULLs all read back unchanged; a value of the wrong type fails the write rather than turning into NULL.
+    ledger = Ledger(spark, db, through_files=through_files)
     ledger.ensure()
     text = 'it\'s "q" \\ ü 日本\nline two'
     started = datetime(2024, 3, 10, 7, 30, 1, 123456, tzinfo=timezone.utc)
@@ -115,7 +137,7 @@ def test_ledger_values_are_stored_exactly(spark, db):
     assert (row["message"], row["rows"], row["batch"], row["micros"]) == (text, 1099511627776, None, 1710055801123456)
 
     ledger.record_partitions("r6", [{"partition": "2024-03-10", "status": "staged", "rows": "five"}])
-    with pytest.raises(Exception, match="(?i)malformed"):
+    with pytest.raises(Exception, match="(?i)malformed|could not convert 'five'"):
         ledger.flush()  # a value of the wrong type fails the write instead of being stored as NULL
     assert spark.table(f"{db}.partitions").where("run_id = 'r6'").count() == 0
 
@@ -127,7 +149,7 @@ def _properties(spark, table: str) -> dict[str, str]:
 def test_ledger_tables_compact_their_small_files(spark, db):
     # Every commit of events adds one small file; Delta's auto compaction (a table property) keeps their number
     # bounded. The threshold is lowered from 50 to 3 for this test only.
-    ledger = Ledger(spark, db)
+    ledger = Ledger(spark, db, through_files=False)
     ledger.ensure()
     assert {t: _properties(spark, f"{db}.{t}").get("delta.autoOptimize.autoCompact")
             for t in ("runs", "partitions", "checks", "diffs")} == dict.fromkeys(
@@ -143,6 +165,25 @@ def test_ledger_tables_compact_their_small_files(spark, db):
     history = [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {db}.runs").orderBy("version").collect()]
     assert (detail["numFiles"], history[-1]) == (1, "OPTIMIZE")
     assert sorted(r["run_id"] for r in spark.table(f"{db}.runs").collect()) == ["r0", "r1", "r2"]
+
+
+def test_ledger_tables_written_through_their_files_compact_their_small_files(spark, db, monkeypatch):
+    from backfill_lib.ledger import by_path
+
+    monkeypatch.setattr(by_path, "COMPACT_EVERY", 4)  # versions 0 (creation) to 3: the fourth commit compacts
+    ledger = Ledger(spark, db)
+    ledger.ensure()
+    for i in range(4):
+        ledger.record_run({"run_id": f"r{i}"}, "planned")
+        ledger.flush()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # in the background, off the run's path
+        history = [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY {db}.runs").orderBy("version").collect()]
+        if history[-1] == "OPTIMIZE":
+            break
+        time.sleep(0.5)
+    assert (spark.sql(f"DESCRIBE DETAIL {db}.runs").first()["numFiles"], history[-1]) == (1, "OPTIMIZE")
+    assert sorted(r["run_id"] for r in spark.table(f"{db}.runs").collect()) == ["r0", "r1", "r2", "r3"]
 
 
 def test_an_older_ledger_gets_the_compaction_property_unless_its_owner_set_one(spark, db):
@@ -199,7 +240,7 @@ def test_events_recorded_while_a_publish_sets_its_commit_confs_commit_after_it_w
     from backfill_lib.publish.commit import TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF, session_confs
     from backfill_lib.ledger.writer import tagged_runs
 
-    ledger = Ledger(spark, db)
+    ledger = Ledger(spark, db, through_files=False)  # through the files, no session conf reaches a commit
     ledger.ensure()
     before = current_version(spark, f"{db}.runs")
     confs = {USER_METADATA_CONF: '{"run_id": "pub"}', TXN_APP_ID_CONF: "delta-backfill:pub", TXN_VERSION_CONF: "1"}
