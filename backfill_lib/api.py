@@ -95,7 +95,7 @@ class Backfills:
         from backfill_lib.plan.selection import prepare_selected
 
         if after is not None:
-            self.runner.wait_for(after, load_request(request_path).target.table)
+            self.runner.leases.wait_for(after, load_request(request_path).target.table)
         return prepare_selected(self.runner.spark, self.settings, request_path, only, run_id=run_id)
 
     def execute(self, plan: BackfillPlan, state, *, until: str | None = None,
@@ -114,7 +114,7 @@ class Backfills:
         return self.runner.rollback(run_id, by, reason, force=force)
 
     def abandon(self, run_id: str, reason: str) -> str:
-        return self.runner.abandon(run_id, reason)
+        return self.runner.leases.abandon(run_id, reason)
 
     def document(self, result):
         """``run --json``: the run's :meth:`run_document`, or, when nothing was selected (no run was recorded),

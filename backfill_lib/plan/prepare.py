@@ -253,3 +253,18 @@ def mart_plan(spark: SparkSession, settings: Settings, plan: BackfillPlan, index
         source_input=source_input(spark, source_frame(spark, request, *request.bounds())),
     )
     return replace(child, parent_run_id=plan.run_id, approved_by=plan.approved_by)
+
+
+class MartPlans:
+    """The child plans of runs' marts (:func:`mart_plan`) on one session, each built once: intake checks it before
+    staging and the release runs the same plan. Called as ``mart_plans(plan, index)``."""
+
+    def __init__(self, spark: SparkSession, settings: Settings):
+        self.spark, self.settings = spark, settings
+        self._plans: dict[tuple[str, int], BackfillPlan] = {}
+
+    def __call__(self, plan: BackfillPlan, index: int) -> BackfillPlan:
+        key = (plan.run_id, index)
+        if key not in self._plans:
+            self._plans[key] = mart_plan(self.spark, self.settings, plan, index)
+        return self._plans[key]

@@ -28,6 +28,7 @@ from backfill_lib.core.faults import crash_point
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.retry import with_conflict_retry
 from backfill_lib.core.settings import Settings
+from backfill_lib.core.staging_mode import PINNED
 from backfill_lib.plan.model import BackfillPlan, Implementation
 from backfill_lib.plan.source_changes import source_changes
 from backfill_lib.plan.source_pins import describe_pins
@@ -35,7 +36,7 @@ from backfill_lib.publish.commit import committed_version, publish_commit
 from backfill_lib.publish.safety import check_protected, check_rollback_ready, rollback_until
 from backfill_lib.publish.rollback import Rollback
 from backfill_lib.ledger import Ledger
-from backfill_lib.run.stage import Staged
+from backfill_lib.run.stage import Staged, stage
 from backfill_lib.validate.diff import diff_rows
 from backfill_lib.validate.stage import Validated
 
@@ -71,6 +72,18 @@ class Publish:
         self.rollback = rollback
         #: the runner's cancel flag (``Runner.cancel``), checked once more right before the commit
         self.cancelled = cancelled
+
+    def restaged(self, plan: BackfillPlan, casts, reporter: Reporter) -> Staged | None:
+        """What a run that validated (or was publishing) staged, for publishing on resume: the staging table's
+        rows; for a pinned run whose commit the target holds, its rows computed again (the sources at their pinned
+        versions) for the post-publish check of that commit; ``None`` for a pinned run that made no commit: its
+        rows did not outlive the process that pinned them, so it stages again, as a new run would."""
+        if plan.staging_mode != PINNED:
+            return Staged(plan, casts, self.ledger.partition_rows(plan.run_id))
+        if committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish", plan.target_version) is None:
+            return None
+        return stage(self.spark, self.settings, self.ledger, self.cancelled, plan, casts, reporter, True,
+                     self.implementation)
 
     def commit(self, staged: Staged, validated: Validated | None, record: dict, reporter: Reporter,
                resumed: bool = True) -> Committed:

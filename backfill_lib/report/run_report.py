@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.checks import Check
 from backfill_lib.core.partitions import key_order
+from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
 from backfill_lib.intake.request import Strategy
 from backfill_lib.intake.schema_guard import SchemaChange, changes_line
@@ -290,3 +291,18 @@ def write_run_report(spark: SparkSession, settings: Settings, run_id: str,
     else:
         data = replace(data, marts=mart_sections(spark, settings, outcome.run, plan))
     return write_report(folder, data)
+
+
+def report_run(spark: SparkSession, settings: Settings, ledger: Ledger, console, run_id: str,
+               outcome: RunOutcome | None = None) -> RunOutcome | None:
+    """Write run ``run_id``'s report from ``outcome`` (what the run holds in memory, in the ledger's shapes),
+    else from ``ledger``, and say where on ``console``; return the outcome it was written from. A failure to write
+    it is said on ``console`` (``None`` returned), never raised over the run's own outcome."""
+    try:
+        outcome = outcome or ledger_outcome(ledger, run_id)
+        html, _ = write_run_report(spark, settings, run_id, outcome)
+        Reporter(console, run_id).stage(f"report: {html}")
+        return outcome
+    except Exception as exc:  # the report must not mask the run's result
+        Reporter(console, run_id).stage(f"report not written: {type(exc).__name__}: {exc}")
+        return None

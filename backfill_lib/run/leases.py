@@ -33,6 +33,18 @@ def confirmed_refusal(confirmed: Future | None, raise_failed_read: bool = True) 
     return confirmed.result()
 
 
+def lease_ready(confirmed: Future | None, plan: BackfillPlan):
+    """The check a run makes before its first write: raise the :class:`LeaseError` of a lease confirmation that
+    refused (:func:`confirmed_refusal`, waiting for it), naming the request."""
+
+    def ready() -> None:
+        refused = confirmed_refusal(confirmed)
+        if refused:
+            raise LeaseError(f"{plan.request_path}: {refused}")
+
+    return ready
+
+
 class Leases:
     """The lease steps of the runs one runner starts, reading and recording through ``ledger``."""
 

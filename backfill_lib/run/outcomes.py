@@ -57,3 +57,11 @@ def recording_the_end(ledger: Ledger, plan: BackfillPlan, record: dict, reporter
     except Exception as exc:
         ledger.record_run(last(), "failed", message=failure_message(exc), resumable=resumable_failure(exc))
         raise
+
+
+def stop_if_cancelled(cancelled, plan: BackfillPlan, at: str) -> None:
+    """Raise :class:`CancelledError` when ``cancelled`` (the runner's event) is set: the run stops ``at`` (words),
+    nothing published, resumable."""
+    if cancelled.is_set():
+        raise CancelledError(f"run {plan.run_id} cancelled {at}; nothing published; "
+                             f"continue with: backfill resume {plan.run_id}")

@@ -8,7 +8,9 @@ per-partition checksums the post-publish check reuses. Every check still names i
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+import contextlib
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
 from pyspark import StorageLevel
@@ -75,6 +77,27 @@ class Validate:
         self.settings = settings
         self.ledger = ledger
         self.implementation = implementation
+
+    @contextlib.contextmanager
+    def source_reads(self, plan: BackfillPlan) -> Iterator[SourceSides]:
+        """:meth:`read_sources` in a pool of the block's lifetime, started as the block starts (while staging
+        runs). When the strategy stages in the write time zone and that is not the run's, they are read first:
+        staging in that zone is seen by every thread of the session."""
+        rules = len(plan.request.reconciliation) + len(plan.request.metric_rules)
+        with ThreadPoolExecutor(max(1, rules), thread_name_prefix=f"{plan.run_id}-source") as pool:
+            sources = self.read_sources(plan, pool)
+            if self.implementation(plan).stages_in_write_zone and plan.write_time_zone != plan.session_time_zone:
+                wait([f for side in sources.values() for f in side])
+            yield sources
+
+    def record_unchanged(self, staged: Staged, record: dict, reporter: Reporter) -> dict:
+        """Record a run whose staged rows equal the target's (:func:`nothing_changes`) ``unchanged``, every
+        partition too, and say so; return the run's new record."""
+        plan = staged.plan
+        self.ledger.record_partitions(plan.run_id, [{"partition": p.key, "status": "unchanged",
+                                                     "rows": staged.rows.get(p.key)} for p in plan.partitions])
+        reporter.stage(f"staged rows equal {plan.target_table}'s in every partition: nothing to publish")
+        return self.ledger.record_run(record, "unchanged", message="staged rows equal the target's; no commit")
 
     def read_sources(self, plan: BackfillPlan, pool: ThreadPoolExecutor) -> SourceSides:
         """Start reading the source side of every reconciliation rule and metric rule over the whole range.

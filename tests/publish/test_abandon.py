@@ -21,7 +21,7 @@ def test_a_run_abandoned_between_validation_and_publish_writes_no_version(spark,
 
     def abandon_when_validated(record, status):
         if status == "validated" and record["run_id"] == plan.run_id:
-            seen["said"] = elsewhere.abandon(plan.run_id, "superseded by a newer request")
+            seen["said"] = elsewhere.leases.abandon(plan.run_id, "superseded by a newer request")
             # committed when abandon returns: a plain read (no flush of any ledger) sees it
             runs = spark.table(f"{settings.ledger_schema}.runs")
             seen["committed"] = runs.where((F.col("run_id") == plan.run_id) & (F.col("status") == "abandoned")).count()

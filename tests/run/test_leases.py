@@ -207,7 +207,7 @@ def test_a_run_that_recorded_its_plan_after_an_overlapping_one_withdraws_before_
     assert not spark.catalog.tableExists(second.staging_table)  # no batch wrote
     assert current_version(spark, f"{db}.events") == 0
     monkeypatch.undo()
-    assert make_runner().abandon(f"race_first_{writer}", "test done").startswith(
+    assert make_runner().leases.abandon(f"race_first_{writer}", "test done").startswith(
         f"run race_first_{writer} (planned) abandoned")
 
 
@@ -255,7 +255,7 @@ def test_a_plan_stamped_first_but_committed_after_an_overlapping_one_withdraws(
                                      f"status planned) holds [2024-03-08, 2024-03-10) UTC")
     assert other.run(b.run_id)["status"] == "abandoned"
     assert current_version(spark, f"{db}.events") == 0
-    assert make_runner().abandon(a.run_id, "test done").startswith(f"run {a.run_id} (planned) abandoned")
+    assert make_runner().leases.abandon(a.run_id, "test done").startswith(f"run {a.run_id} (planned) abandoned")
 
 
 def test_a_plan_committed_first_goes_on_though_an_overlapping_plan_stamped_earlier_commits_after_it(
@@ -283,7 +283,7 @@ def test_a_plan_committed_first_goes_on_though_an_overlapping_plan_stamped_earli
     monkeypatch.undo()
     assert result.status == "published"
     assert other.run(b.run_id)["seq"] < stamps[0]  # b's plan carries the earlier stamp
-    assert make_runner().abandon(b.run_id, "test done").startswith(f"run {b.run_id} (planned) abandoned")
+    assert make_runner().leases.abandon(b.run_id, "test done").startswith(f"run {b.run_id} (planned) abandoned")
 
 
 @pytest.mark.parametrize("how", ["lapsed", "released"])
@@ -395,13 +395,13 @@ def test_a_second_overlapping_run_is_refused_until_the_first_is_final(spark, set
     fifth, state5 = prepare(spark, settings, second_request, run_id="lease_fifth")
     with pytest.raises(LeaseError, match="run lease_third \\(owner ana@example.com, status validated\\)"):
         make_runner().run(fifth, state5)
-    assert make_runner().abandon("lease_third", "superseded by lease_fifth") == (
+    assert make_runner().leases.abandon("lease_third", "superseded by lease_fifth") == (
         f"run lease_third (validated) abandoned: superseded by lease_fifth; its range of {db}.events is free")
     with pytest.raises(PublishError, match="run lease_third was abandoned \\(abandoned: superseded by lease_fifth\\)"):
         make_runner().resume("lease_third")
     assert make_runner().run(fifth, state5).status == "unchanged"
     with pytest.raises(PublishError, match="run lease_fifth is unchanged already; nothing to abandon"):
-        make_runner().abandon("lease_fifth", "too late")
+        make_runner().leases.abandon("lease_fifth", "too late")
 
     # cleanup: the staging of final runs past the age goes, not inside a published run's rollback window
     from backfill_lib.plan.prepare import utc_now
