@@ -30,8 +30,9 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
-def _launched_by_spark_submit() -> bool:
-    # spark-submit starts the JVM first and hands Python the gateway port; pyspark itself reads this variable.
+def launched_by_spark_submit() -> bool:
+    """Whether this process runs under ``spark-submit`` (or a platform's driver), whose JVM came first: it hands
+    Python the gateway port in ``PYSPARK_GATEWAY_PORT``, which pyspark itself reads."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
@@ -52,7 +53,7 @@ def get_spark(settings: Settings, short_lived: bool = False) -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         spark = active
-    elif _launched_by_spark_submit():
+    elif launched_by_spark_submit():
         spark = SparkSession.builder.appName(settings.spark.app_name).getOrCreate()
     else:
         spark = build_local_session(settings, short_lived=short_lived)

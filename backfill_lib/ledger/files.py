@@ -19,6 +19,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+from backfill_lib.adapters.session import launched_by_spark_submit
 from backfill_lib.core.errors import RunNotFoundError
 from backfill_lib.core.settings import Settings
 from backfill_lib.core.table_names import split_table_name
@@ -35,7 +36,7 @@ def ledger_files(settings: Settings) -> LedgerFiles | None:
     without the ``deltalake`` package (an install without the ``local`` extra)."""
     if importlib.util.find_spec("deltalake") is None:
         return None
-    if "PYSPARK_GATEWAY_PORT" in os.environ or os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
+    if launched_by_spark_submit() or os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
         return None
     if any(word in key.lower() for key in settings.spark.options for word in _CATALOG_OPTION_WORDS):
         return None
