@@ -171,6 +171,7 @@ class StageTimer:
         import backfill_lib.plan.prepare as prepare
         import backfill_lib.preflight as preflight
         import backfill_lib.publish.release as marts
+        import backfill_lib.publish.commit as publish_commit
         import backfill_lib.publish.stage as publish_stage
         import backfill_lib.run.batch_stager as batch_stager
         import backfill_lib.run.source_check as source_check
@@ -210,8 +211,8 @@ class StageTimer:
         w(validate_stage.Validate, "_diff", "validate: diff by key")
         w(SharedPass, "run", "validate: one aggregation per partition (checksums, rules' staged metrics)")
         w(recompute.Recompute, "write", "publish: replaceWhere commit")
-        w(recompute, "check_fence", "publish: fence")
-        w(recompute, "find_version", "publish: find published version")
+        w(publish_commit, "check_fence", "publish: fence")
+        w(publish_commit, "find_version", "publish: find published version")
         w(StrategyImpl, "verify", "verify: rows + checksum vs staging")
         w(runner.Runner, "write_report", "report: HTML + Markdown")
         w(publish_stage, "check_rollback_ready", "publish: rollback readiness (files of the version read)")
