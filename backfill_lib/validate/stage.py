@@ -84,7 +84,7 @@ class Validate:
         runs). When the strategy stages in the write time zone and that is not the run's, they are read first:
         staging in that zone is seen by every thread of the session."""
         rules = len(plan.request.reconciliation) + len(plan.request.metric_rules)
-        with ThreadPoolExecutor(max(1, rules), thread_name_prefix=f"{plan.run_id}-source") as pool:
+        with ThreadPoolExecutor(rules + 1, thread_name_prefix=f"{plan.run_id}-source") as pool:
             sources = self.read_sources(plan, pool)
             if self.implementation(plan).stages_in_write_zone and plan.write_time_zone != plan.session_time_zone:
                 wait([f for side in sources.values() for f in side])
@@ -100,12 +100,14 @@ class Validate:
         return self.ledger.record_run(record, "unchanged", message="staged rows equal the target's; no commit")
 
     def read_sources(self, plan: BackfillPlan, pool: ThreadPoolExecutor) -> SourceSides:
-        """Start reading the source side of every reconciliation rule and metric rule over the whole range.
+        """Start reading the source side of every reconciliation rule and metric rule over the whole range, and
+        the target's files at the planned version (``target``: :meth:`_target_rows`, what the diff compares).
 
-        They read only the sources, never staging, so they run in ``pool`` while the batches stage instead of
-        lengthening validation (staging takes a little longer, since both share the cores)."""
+        They read only the sources and the target, never staging, so they run in ``pool`` while the batches stage
+        instead of lengthening validation (staging takes a little longer, since both share the cores)."""
         scope, whole = validation_scope(plan)
         return {
+            "target": [pool.submit(in_pool, self.spark, self._target_rows, plan)],
             "reconciliation": [pool.submit(in_pool, self.spark, source_metric, self.spark, plan, scope, rule, whole)
                                for rule in plan.request.reconciliation],
             "metric_rules": [pool.submit(in_pool, self.spark, self._metric_source, plan, scope, rule, whole)
@@ -177,7 +179,7 @@ class Validate:
                                                                          r.metrics)))
             audits.append(submit(unique_key_checks, staged, plan.request.keys, plan.staging_table))
             audits.append(submit(self._constraints, plan, staged))
-            diffed = submit(self._diff, plan, staged, whole)
+            diffed = submit(self._diff, plan, staged, whole, sources["target"][0])
             summed = (submit(lambda: fingerprints_of(shared.rows(fingerprinted), plan.partition_keys))
                       if fingerprinted is not None else None)
             checks: list[Check] = [c for a in audits for c in a.result()]
@@ -198,6 +200,14 @@ class Validate:
         current = {p.key: p.current.rows for p in plan.partitions}
         return row_count_checks(current, rows, plan.request.gates)
 
+    def _target_rows(self, plan: BackfillPlan) -> DataFrame:
+        """The target's rows at the planned version (time travel): the diff and the keys-outside lookup read this
+        one frame, whose version's file list is built here once (listing the files of the range the diff reads),
+        while staging runs, instead of on the diff's path."""
+        rows = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
+        (rows if validation_scope(plan)[1] else rows.where(plan.predicate())).inputFiles()
+        return rows
+
     def _metric_source(self, plan: BackfillPlan, scope: Batch, rule, whole: bool) -> dict:
         """A metric rule's metrics of its source per partition over ``scope`` (the whole source when ``whole``);
         reads only the source, like :func:`~backfill_lib.validate.reconcile.source_metric`."""
@@ -216,9 +226,10 @@ class Validate:
         return constraint_checks(staged, applicable(constraints, plan.strategy, plan.request.keys),
                                  plan.partition_keys, plan.staging_table, generated)
 
-    def _keys_outside(self, plan: BackfillPlan, inserted: DataFrame, count: int) -> KeysOutsideRangeError | None:
+    def _keys_outside(self, plan: BackfillPlan, target: DataFrame, inserted: DataFrame,
+                      count: int) -> KeysOutsideRangeError | None:
         """The refusal of a run whose inserted key (``inserted``: the diff's keys staged where the target did not
-        hold them, ``count`` rows) lives in the target (at the planned version) outside the range, within the
+        hold them, ``count`` rows) lives in ``target`` (the target at the planned version) outside the range, within the
         slice ``target.where`` selects when the request has one (publishing writes only the range, so the table
         would hold that key twice), or ``None``: a :class:`KeysOutsideRangeError` naming up to
         :data:`~backfill_lib.validate.key_audit.LISTED_OUTSIDE` keys (``order_id=77``) and the partitions outside
@@ -229,7 +240,6 @@ class Validate:
         held it twice before the run). A recompute that changes no key reads nothing here.
         """
         keys = plan.request.keys
-        target = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
         if plan.where is not None:  # target.where selects the slice the request backfills; keys hold within it
             target = target.where(F.coalesce(F.expr(f"({plan.where.sql})"), F.lit(False)))
         listed, total = keys_outside(inserted, target, keys, plan.partition_predicate(), plan.partition_keys,
@@ -258,13 +268,13 @@ class Validate:
         keys = sorted(set(src) | set(stg), key=key_order) if whole else list(batch.keys)
         return compare_metrics(src, stg, rule.metrics, keys, rule.name, batch.index)
 
-    def _diff(self, plan: BackfillPlan, staged: DataFrame, whole: bool) -> tuple[dict, KeysOutsideRangeError | None]:
+    def _diff(self, plan: BackfillPlan, staged: DataFrame, whole: bool,
+              target: Future) -> tuple[dict, KeysOutsideRangeError | None]:
         """Staged rows against the target's rows as the plan read them (time travel to its version), by key, over
         the range (the whole table when ``whole``), scoped by the strategy (a patch compares the keys it stages);
         and the refusal of :meth:`_keys_outside` for the keys the diff found inserted, or ``None``."""
-        current = self.spark.read.option("versionAsOf", plan.target_version).table(plan.target_table)
-        if not whole:
-            current = current.where(plan.predicate())
+        everything = target.result()  # the target at the planned version (:meth:`_target_rows`)
+        current = everything if whole else everything.where(plan.predicate())
         current = self.implementation(plan).diff_scope(plan, current, staged)
         shared = [c for c in current.columns if c in staged.columns]
         if any(k not in shared for k in plan.request.keys):
@@ -276,7 +286,7 @@ class Validate:
         found: list[KeysOutsideRangeError | None] = [None]
 
         def outside(keys: DataFrame, count: int) -> None:
-            found[0] = self._keys_outside(plan, keys, count)
+            found[0] = self._keys_outside(plan, everything, keys, count)
 
         shared = [quote_ident(c) for c in shared]
         diffs = diff_by_key(staged.select(*shared), current.select(*shared), plan.request.keys, plan.partition_keys,
