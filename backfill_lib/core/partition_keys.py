@@ -182,9 +182,12 @@ class PartitionKeys:
         return self.of(names[self.column])
 
     def of_source(self, column: str) -> "PartitionKeys":
-        """The keying of a source table's ``DATE``/``TIMESTAMP`` partition column of the same grain (a rule's
-        ``source.partition_column``): its values keyed as the plan keys partitions (in the plan's format)."""
-        return PartitionKeys(column, self.grain, self.time_zone, self.format, string_column=False)
+        """The keying of a source table's ``DATE`` or ``TIMESTAMP`` column (a rule's ``source.partition_column``,
+        a partition column or a data column) at the same grain: each value keyed as the plan keys the partition
+        of ``time_zone`` holding it (in the plan's format). A ``TIMESTAMP`` is taken to its day (or hour) in the
+        session's time zone, which a run sets to ``time_zone``."""
+        return PartitionKeys(column, self.grain, self.time_zone, self.format, string_column=False,
+                             data_type="timestamp")
 
 
 def keys_of(column: "str | PartitionKeys") -> PartitionKeys:

@@ -164,7 +164,7 @@ def build_plan(
     target = request.target
     if target.where is not None and (where is None or where.text != target.where):
         raise IntakeError(f"field 'target.where': '{target.where}' was not checked against table {state.name}")
-    check_request_against_table(request, state, where)
+    check_request_against_table(request, state, where, request_path)
     grain, tz, fmt = target.grain, request.time_zone, target.partition_format
     bounds = request.bounds()
     data_column = range_in_data(request, state)

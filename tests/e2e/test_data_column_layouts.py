@@ -136,7 +136,7 @@ def test_a_data_column_that_cannot_carry_the_range_is_refused_at_intake(target, 
     with pytest.raises(IntakeError) as err:
         build_plan(request_of(target), state_of(COLUMNS, []), request_path="r.yml", staging_schema="stg",
                    batch_size=None, now=NOW)
-    assert str(err.value) == message
+    assert str(err.value) == f"r.yml: {message}"
 
 
 # --- Spark: real backfills on tiny Delta tables -----------------------------------------------------------------

@@ -169,14 +169,15 @@ def test_hour_parts_on_a_spring_forward_night_plan_no_hour_2_and_a_row_there_is_
 
 def test_parts_that_do_not_fit_the_table_are_refused_at_intake():
     target = {"table": "db.events", "partition_columns": YMD}
-    with pytest.raises(IntakeError, match="^table db.events column d is not a partition column \\(partition columns: "
+    with pytest.raises(IntakeError, match="^r.yml: table db.events column d is not a partition column \\(partition columns: "
                                           "region, y, m\\): target.partition_columns names"):
         plan_of(parts_request(target), table({}, spec=("region", "y", "m")))
     typed = tuple(Column(c.name, "string") if c.name == "m" else c for c in COLUMNS)
-    with pytest.raises(IntakeError, match="^table db.events column m is string: target.partition_columns.month must "
+    with pytest.raises(IntakeError, match="^r.yml: table db.events column m is string: target.partition_columns.month must "
                                           "be an integer column"):
         plan_of(parts_request(target), table({}, columns=typed))
-    with pytest.raises(IntakeError, match="^table db.events has no column dd \\(field target.partition_columns.day\\)"):
+    with pytest.raises(IntakeError, match="^r.yml: table db.events has no column dd \\(field target.partition_columns.day\\); its "
+                                          "columns: id, region, y, m, d, v$"):
         plan_of(parts_request({**target, "partition_columns": {**YMD, "day": "dd"}}), table({}))
     on_day = RowFilter("d > 1", "(d > 1)", "(t.d > 1)", ("d",))
     with pytest.raises(IntakeError, match="reads d, the column the range selects; where narrows by the other "

@@ -107,7 +107,7 @@ def test_generated_always_is_refused_at_intake_naming_the_identity_column(spark,
     for select in ("code, dt, v", "id, code, dt, v"):  # omitted or supplied: the same refusal
         path = request(tmp_path, db, select)
         assert main(["run", str(path)]) == 2
-        assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {message}"
+        assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {path}: {message}"
     assert main(["plan", str(path)]) == 2
     assert current_version(spark, f"{db}.orders") == before
 

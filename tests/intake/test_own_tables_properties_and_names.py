@@ -87,7 +87,7 @@ def test_an_append_only_target_is_refused_naming_the_property(spark, db, tmp_pat
     path = events_request(tmp_path, db)
     assert main(["run", str(path)]) == 2
     assert _error(capsys) == (
-        f"error: table {db}.events has table property delta.appendOnly = true: Delta refuses a commit that removes "
+        f"error: {path}: table {db}.events has table property delta.appendOnly = true: Delta refuses a commit that removes "
         "or rewrites rows, as publishing a backfill does (a replaceWhere, MERGE or CREATE OR REPLACE); unset it "
         f"first (ALTER TABLE {db}.events UNSET TBLPROPERTIES ('delta.appendOnly')) or backfill another table")
     assert _versions(spark, f"{db}.events") == before
@@ -168,7 +168,7 @@ def test_a_writer_feature_this_delta_does_not_support_is_refused_naming_it(spark
     for command in ("plan", "run"):
         assert main([command, str(path)]) == 2
         assert _error(capsys) == (
-            f"error: table {db}.events has writer table features anotherFeature, futureWriterFeature: Delta Lake "
+            f"error: {path}: table {db}.events has writer table features anotherFeature, futureWriterFeature: Delta Lake "
             "4.4.0 of this session does not support them, and Delta refuses any commit to a table that requires a "
             "writer feature it does not support (publishing a backfill is one commit); run the backfill with a "
             "Delta Lake release that supports them, or backfill another table")
@@ -230,7 +230,7 @@ def test_a_uniform_iceberg_table_without_the_converter_is_refused_naming_the_pro
     path = events_request(tmp_path, db)
     assert main(["run", str(path)]) == 2
     assert _error(capsys) == (
-        f"error: table {db}.events has table property delta.universalFormat.enabledFormats = iceberg: Delta refuses "
+        f"error: {path}: table {db}.events has table property delta.universalFormat.enabledFormats = iceberg: Delta refuses "
         "every commit to a UniForm iceberg table unless it can convert it, and this session's classpath lacks "
         "Delta's iceberg converter (org.apache.spark.sql.delta.icebergShaded.IcebergConverter, from the "
         "delta-iceberg package); run the backfill in a session with delta-iceberg installed, or backfill another "
@@ -338,7 +338,8 @@ def test_a_case_sensitive_session_refuses_a_name_in_another_case(spark, settings
         assert main(["plan", str(path)]) == 2
     finally:
         spark.conf.unset("spark.sql.caseSensitive")
-    assert _error(capsys) == f"error: table {db}.events has no column event_date (field target.partition_column)"
+    assert _error(capsys) == (f"error: {path}: table {db}.events has no column event_date (field "
+                              "target.partition_column); its columns: ID, EVENT_DATE, V")
     assert _versions(spark, f"{db}.events") == 1
 
 
