@@ -374,7 +374,7 @@ def test_a_second_overlapping_run_is_refused_until_the_first_is_final(spark, set
     waiting, outcome = make_runner(lease_poll_seconds=0.2), {}
 
     def after_first():
-        outcome["waited"] = waiting.wait_for("lease_first")
+        outcome["waited"] = waiting.leases.wait_for("lease_first")
         outcome["result"] = waiting.run(*prepare(spark, settings, second_request, run_id="lease_second"))
 
     thread = threading.Thread(target=after_first)
