@@ -14,6 +14,10 @@ A page asks for a generated block with an HTML comment on a line of its own, ``<
 - ``import-layers``: the layers of ``[tool.importlinter]`` in ``pyproject.toml``.
 
 An unknown name, or a generator that fails, fails the build.
+
+A page with a generated block also tells a reader of its Markdown source (on GitHub, where nothing is generated)
+how to see the full page, between the lines ``<!-- source-note -->`` and ``<!-- /source-note -->``; the hook
+removes that note, both lines included, from the built page. A note left open fails the build.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
+SOURCE_NOTE = re.compile(r"^<!-- source-note -->\n.*?^<!-- /source-note -->\n?", re.MULTILINE | re.DOTALL)
 
 
 # --- JSON Schema as Markdown tables ---------------------------------------------------------------------------
@@ -395,4 +400,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             raise ValueError(f"{page.file.src_path}: unknown generated block {name!r} (known: {sorted(GENERATORS)})")
         return GENERATORS[name]()
 
+    markdown = SOURCE_NOTE.sub("", markdown)
+    if "<!-- source-note -->" in markdown or "<!-- /source-note -->" in markdown:
+        raise ValueError(f"{page.file.src_path}: a source note needs both lines, <!-- source-note --> then "
+                         "<!-- /source-note -->, each on a line of its own")
     return MARKER.sub(replace, markdown)

@@ -230,6 +230,11 @@ logger.deltawriter.name = org.apache.spark.sql.delta.files.DeltaFileFormatWriter
 logger.deltawriter.level = off
 logger.fileformatwriter.name = org.apache.spark.sql.execution.datasources.FileFormatWriter
 logger.fileformatwriter.level = off
+# under heavy load these two log a block manager registration race (NullPointerException in BlockManagerMasterEndpoint.register) as ERROR, with a JVM stack trace on the terminal
+logger.rpcinbox.name = org.apache.spark.rpc.netty.Inbox
+logger.rpcinbox.level = off
+logger.blockmanagermaster.name = org.apache.spark.storage.BlockManagerMasterEndpoint
+logger.blockmanagermaster.level = off
 """
 
 

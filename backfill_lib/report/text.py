@@ -39,7 +39,7 @@ def print_result(console: Console, settings: Settings, result) -> None:
     console.print(
         f"run {the_plan.run_id}: published {len(the_plan.partitions)} partitions ({staged:,} rows) into "
         f"{the_plan.target_table} as version {result.published_version} (was {result.pre_publish_version}); "
-        f"{passed} of {len(result.checks)} checks passed",
+        f"{passed} of {len(result.checks)} checks passed in all (validation, sources, post-publish, monitor)",
         highlight=False,
     )
     for mart in result.marts:

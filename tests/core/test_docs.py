@@ -46,6 +46,9 @@ def test_generated_references_name_the_code(site):
     for field in ("strategy", "publish_mode", "staging", "on_source_change"):
         assert f"<code>{field}</code>" in request_page, field
     assert "<!-- generated:" not in request_page
+    # the note for readers of the Markdown source is the hook's to remove
+    assert "Reading the Markdown source" not in request_page
+    assert "Reading the Markdown source" in (ROOT / "docs" / "reference" / "request.md").read_text()
     cli_page = (site / "reference" / "cli" / "index.html").read_text()
     # every command of the typer app, rendered from typer.main.get_command(app)
     for command in ("plan", "run", "status", "rollback", "cleanup"):
