@@ -149,7 +149,12 @@ class PartitionKeys:
         return self.key(key_format(self.grain) % tuple(int(v) for v in values))
 
     def _data_key(self, value: date) -> str:
-        """The plan key of a data column's value: the partition of the grain holding it (``time_zone``'s)."""
+        """The plan key of a data column's value: the partition of the grain holding it (``time_zone``'s), in the
+        plan's format (a rule's source column, :meth:`of_source`, keyed as a string target's plan keys)."""
+        return self.key(self._data_partition(value))
+
+    def _data_partition(self, value: date) -> str:
+        """The ISO key (``YYYY-MM-DD``, ``YYYY-MM-01``, or an hour's UTC instant) of the grain holding ``value``."""
         from datetime import timezone as _tz
 
         from backfill_lib.core.partitions import zone

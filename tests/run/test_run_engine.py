@@ -48,7 +48,7 @@ def test_a_resume_that_lost_the_publishing_event_finds_its_commit_instead_of_com
     # The publishing event is written behind the commit, so a crash can leave the ledger at "validated" with the
     # commit made: the resumed run must find that commit, neither refusing at the fence nor committing twice.
     from backfill_lib.publish.commit import publish_commit
-    from backfill_lib.runner import check_source_schema
+    from backfill_lib.run.source_check import check_source_schema
     from backfill_lib.strategies import implementation
 
     make_events(spark, db, SOURCE)
