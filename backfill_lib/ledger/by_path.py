@@ -100,10 +100,12 @@ class LedgerTable:
             self._compacting.release()
 
     def metadata(self) -> tuple[dict[str, str], list[str]]:
-        """The table's properties and column names, from its log."""
+        """The table's properties and column names, from its log; ``ValueError`` for a table whose files do not hold
+        its rows as they are (:func:`_plain`)."""
         from deltalake import DeltaTable
 
         table = DeltaTable(self.path)
+        _plain(table)
         return dict(table.metadata().configuration), [f.name for f in table.schema().fields]
 
     def version(self) -> int:
@@ -124,11 +126,42 @@ class LedgerTable:
                 if int(c["version"]) >= version]
 
     def rows(self, columns: list[str] | None = None, where=None) -> list[dict]:
-        """The table's rows as dicts of ``columns`` (all when ``None``; ones the table lacks are left out), those
-        ``where`` (a ``pyarrow.compute`` expression) holds for; timestamps as pyspark returns them."""
-        from deltalake import DeltaTable
+        """:func:`table_rows` of this table."""
+        return table_rows(self.path, columns, where)
 
-        dataset = DeltaTable(self.path).to_pyarrow_dataset()
-        wanted = None if columns is None else [c for c in columns if c in dataset.schema.names]
-        found = dataset.to_table(columns=wanted, filter=where)
-        return [{k: _local(v) for k, v in row.items()} for row in found.to_pylist()]
+
+def _plain(table) -> None:
+    """Raise ``ValueError`` unless delta-rs table ``table``'s files hold its rows as they are: no partition
+    columns, no column mapping, no deletion vectors (the ledger's tables have none; one that does is read and
+    written through Spark)."""
+    protocol, metadata = table.protocol(), table.metadata()
+    features = set(protocol.reader_features or ())
+    mapping = metadata.configuration.get("delta.columnMapping.mode", "none")
+    if metadata.partition_columns or mapping != "none" or "deletionVectors" in features:
+        raise ValueError(f"partition columns {metadata.partition_columns}, column mapping {mapping}, reader "
+                         f"features {sorted(features)}: read through Spark")
+
+
+def table_rows(path: str, columns: list[str] | None = None, where=None) -> list[dict]:
+    """The rows of the Delta table in folder ``path`` as dicts of ``columns`` (all when ``None``; ones the table
+    lacks are left out), those ``where`` (a ``pyarrow.compute`` expression) holds for; timestamps as pyspark
+    returns them (naive, this process's local time).
+
+    delta-rs gives the live files and the schema; pyarrow reads the Parquet files itself. Reading through
+    delta-rs's own arrow dataset left a native thread running at exit, which aborted one process in three
+    ("terminate called without an active exception"). Raises ``ValueError`` for a table whose files do not hold
+    its rows as they are (:func:`_plain`), delta-rs's and arrow's errors for one they cannot read."""
+    from urllib.parse import unquote, urlparse
+
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path)
+    _plain(table)
+    schema = pa.schema(table.schema().to_arrow())
+    wanted = None if columns is None else [c for c in columns if c in schema.names]
+    files = [unquote(urlparse(uri).path) for uri in table.file_uris()]
+    dataset = ds.dataset(files, format="parquet", schema=schema) if files else ds.dataset(schema.empty_table())
+    found = dataset.to_table(columns=wanted, filter=where)
+    return [{k: _local(v) for k, v in row.items()} for row in found.to_pylist()]

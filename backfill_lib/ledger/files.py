@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from datetime import datetime
 from pathlib import Path
 
 from backfill_lib.adapters.session import launched_by_spark_submit
@@ -51,13 +50,6 @@ class LedgerFilesUnreadable(Exception):
     reads the ledger through Spark instead."""
 
 
-def _local(value):
-    """A timestamp of delta-rs (aware, UTC) as pyspark gives it (naive, local time); anything else as it is."""
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone().replace(tzinfo=None)
-    return value
-
-
 class LedgerFiles:
     """The ledger tables of schema ``schema`` under ``warehouse`` (``<warehouse>/<schema>.db/<table>``), read
     with delta-rs. A table that does not exist yet reads as empty. ``name`` is the schema as the settings spell it
@@ -74,15 +66,13 @@ class LedgerFiles:
         if not (path / "_delta_log").is_dir():
             return []
         import pyarrow.compute as pc
-        from deltalake import DeltaTable
+
+        from backfill_lib.ledger.by_path import table_rows
 
         try:
-            dataset = DeltaTable(str(path)).to_pyarrow_dataset()
-            wanted = None if columns is None else [c for c in columns if c in dataset.schema.names]
-            found = dataset.to_table(columns=wanted, filter=None if run_id is None else pc.field("run_id") == run_id)
+            return table_rows(str(path), columns, None if run_id is None else pc.field("run_id") == run_id)
         except Exception as exc:  # delta-rs and arrow raise their own types; any of them means "read it with Spark"
             raise LedgerFilesUnreadable(f"{path}: {exc}") from exc
-        return [{k: _local(v) for k, v in row.items()} for row in found.to_pylist()]
 
     @staticmethod
     def fold_runs(events: list[dict]) -> list[dict]:

@@ -95,3 +95,26 @@ def test_a_ledger_delta_rs_cannot_read_is_read_through_spark(spark, settings, db
         LedgerFiles(settings.warehouse_dir, db).latest_runs()
     shown = status(settings=settings.model_copy(update={"ledger_schema": db}), spark=None)
     assert [(r["run_id"], r["status"]) for r in shown.runs] == [("r1", "planned")]
+
+
+def test_processes_that_read_a_ledger_table_by_its_files_exit_cleanly(tmp_path):
+    # delta-rs's own arrow dataset left a native thread running at interpreter exit, and about two processes in
+    # three aborted after their work ("terminate called without an active exception", exit 134): `backfill
+    # status` failed that way in CI. The files are read by pyarrow; eight processes in a row all exit 0.
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from backfill_lib.ledger.by_path import table_rows
+
+    path = str(tmp_path / "runs")
+    write_deltalake(path, pa.table({"run_id": ["r1", "r2"], "seq": pa.array([1, 2], pa.int64())}))
+    write_deltalake(path, pa.table({"run_id": ["r3"], "seq": pa.array([3], pa.int64())}), mode="append")
+    assert sorted(r["run_id"] for r in table_rows(path)) == ["r1", "r2", "r3"]
+    child = ("import sys; from backfill_lib.ledger.by_path import table_rows; "
+             "print(len(table_rows(sys.argv[1])))")
+    runs = [subprocess.run([sys.executable, "-c", child, path], capture_output=True, text=True, timeout=120)
+            for _ in range(8)]
+    assert [(r.returncode, r.stdout.strip(), r.stderr.strip()) for r in runs] == [(0, "3", "")] * 8
