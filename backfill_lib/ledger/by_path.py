@@ -82,7 +82,8 @@ class LedgerTable:
         if version % CHECKPOINT_EVERY == 0:
             table.create_checkpoint()
         if version % COMPACT_EVERY == 0:
-            threading.Thread(target=self._compact, name=f"ledger-compact-{version}", daemon=True).start()
+            # not a daemon: exit waits for it rather than stopping delta-rs mid-commit (a native abort)
+            threading.Thread(target=self._compact, name=f"ledger-compact-{version}").start()
         return version
 
     def _compact(self) -> None:
