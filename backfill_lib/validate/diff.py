@@ -1,11 +1,11 @@
 """The before/after diff by key: staged rows against the target's current rows, and the gate on it.
 
 :func:`diff_by_key` reads each side as narrow rows (the key, a row hash, and per value column its hash or, if
-numeric, its value; the key NULL-safe: a NULL key part matches a NULL key part) and groups them by key in one
-shuffle: per partition, the keys inserted, deleted, updated and unchanged, which value columns changed and, for
-numeric columns, by how much, all come from that one pass, without joining rows. Only a few changed keys per
-partition are then read whole, as samples for the report. :func:`evaluate` turns the diff
-into one :class:`~backfill_lib.core.checks.Check` per partition and threshold of a :class:`DiffGate`.
+numeric, its value; the key NULL-safe: a NULL key part matches a NULL key part) and pairs them by key in one
+join, summed per partition as the pairs are made: the keys inserted, deleted, updated and unchanged, which value
+columns changed and, for numeric columns, by how much, all come from that one pass, without joining wide rows.
+Only a few changed keys per partition are then read whole, as samples for the report. :func:`evaluate` turns the
+diff into one :class:`~backfill_lib.core.checks.Check` per partition and threshold of a :class:`DiffGate`.
 """
 
 from __future__ import annotations
@@ -117,10 +117,9 @@ def diff_by_key(
 
     Both sides are read as narrow rows: the key, the row hash over the value columns in the canonical form of
     :func:`~backfill_lib.adapters.checksums.row_hash` (NULL-aware, every column type), and per value column its
-    64-bit hash (its value, for a numeric column). One shuffle groups them by key and gives every count,
-    ``changed_columns``, ``abs_change``, ``updated_outside`` and the sample keys; only the sample keys' rows are
-    read whole. A key on both sides and repeated on one (rare: duplicate staged keys fail the gate) is paired row
-    by row in a second pass over those keys only.
+    64-bit hash (its value, for a numeric column). One full outer join on the key pairs them and gives every
+    count, ``changed_columns``, ``abs_change``, ``updated_outside`` and the sample keys; only the sample keys' rows
+    are read whole.
 
     Parameters
     ----------
@@ -176,14 +175,10 @@ def diff_by_key(
     def part(prefix: str = "") -> Column:  # the partition of key columns ``{prefix}k0..``
         return keying.renamed({c: f"{prefix}k{keys.index(c)}" for c in keying.columns}).expr().alias("partition")
 
-    # One job: the per-key rows are aggregated per partition as they are made (kept nowhere: the few later reads
-    # that need keys find them again more cheaply than caching every key would cost).
-    per_key = _per_key(both, ks, vs)
-    counted = {r["partition"]: r.asDict() for r in per_key.groupBy(part()).agg(*_partition_sums(types, outside)).collect()}
-    mixed = sum(r["mixed"] for r in counted.values())
-    if mixed:  # rare: a key on both sides and repeated on one
-        for p, exact in _mixed_keys(both, per_key, ks, types, outside, part, mixed).items():
-            counted[p].update({k: _add(counted[p][k], v) for k, v in exact.items() if k != "partition"})
+    # One job: both sides' narrow rows paired by key (a full outer join: a key repeated on a side pairs with each
+    # row of the other, as the docstring's counts say) and summed per partition as the pairs are made.
+    counted = {r["partition"]: r.asDict()
+               for r in _pairs(both, ks, vs).groupBy(part()).agg(*_pair_sums(types, outside)).collect()}
     chosen = {(p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
     added = sum(r["inserted"] for r in counted.values())
     # The inserted keys' callback and the sample read are independent jobs: at once, each mostly fixed latency.
@@ -254,38 +249,23 @@ def _narrow(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
     return both.select(*ks, "s", row_hash(both, vs).alias("rh"), *values)
 
 
-def _per_key(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
-    """One row per key (``k0..``) of either side, in one shuffle: ``mixed`` (on both sides, and repeated on one:
-    its pairs, as a join on the keys makes them, are counted by :func:`_mixed_keys`), ``upd`` (one row against
-    one that differs), ``inserted``, ``deleted`` (its rows, on the one side it is on), ``updated``,
-    ``unchanged`` (0 or 1; 0 for a mixed key), ``h`` (:func:`~backfill_lib.adapters.checksums.key_hash` of the
-    key), ``c`` (the change: ``inserted``, ``deleted``, ``updated`` or NULL; a mixed key is updated unless all its
-    rows are alike, by their row hashes' minimum and maximum) and per value column ``s{v}``/``t{v}``: its value
-    (or hash) on each side (the minimum: for a key that is not mixed, its one row's)."""
-    s = F.col("s")
-    per = _narrow(both, ks, vs).groupBy(*ks).agg(
-        F.count_if(s).alias("ns"), F.count_if(~s).alias("nt"),
-        F.min(F.when(s, F.col("rh"))).alias("sa"), F.max(F.when(s, F.col("rh"))).alias("sb"),
-        F.min(F.when(~s, F.col("rh"))).alias("ta"), F.max(F.when(~s, F.col("rh"))).alias("tb"),
-        *[a for v in vs for a in (F.min(F.when(s, F.col(v))).alias(f"s{v}"), F.min(F.when(~s, F.col(v))).alias(f"t{v}"))])
-    ns, nt = F.col("ns"), F.col("nt")
-    matched = (ns > 0) & (nt > 0)
-    # A key on both sides is exact here only as one row against one: a repeated key's pairs are counted (and
-    # its changes summed) pair by pair, so no sum is ever scaled by a pair count (a decimal would lose scale).
-    mixed = matched & ((ns > 1) | (nt > 1))
-    differ = matched & ~mixed & (F.col("sa") != F.col("ta"))
-    return per.select(
-        *ks, *[f"{side}{v}" for v in vs for side in "st"], mixed.alias("mixed"),
-        differ.alias("upd"),
-        F.when(nt == 0, ns).otherwise(0).alias("inserted"),
-        F.when(ns == 0, nt).otherwise(0).alias("deleted"),
-        F.when(differ, 1).otherwise(0).alias("updated"),
-        F.when(matched & ~mixed & ~differ, 1).otherwise(0).alias("unchanged"),
-        key_hash(both, ks).alias("h"),
-        F.when(nt == 0, F.lit("inserted")).when(ns == 0, F.lit("deleted"))
-        .when(differ | (mixed & ~((F.col("sa") == F.col("sb")) & (F.col("ta") == F.col("tb")) & (F.col("sa") == F.col("ta")))),
-              F.lit("updated")).alias("c"),
-    )
+def _pairs(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
+    """The rows of both sides paired by key: one row per staged row and current row of the same key (``k0..``,
+    NULL-safe; coalesced from the side that has it), per staged row without a current row and per current row
+    without a staged row; ``sx``/``tx`` whether the pair has a staged/current row, ``srh``/``trh`` their row
+    hashes, per value column ``v`` its value (or hash) on each side as ``s{v}``/``t{v}`` and ``h``, the
+    :func:`~backfill_lib.adapters.checksums.key_hash` of the key."""
+    narrow = _narrow(both, ks, vs).withColumn("h", key_hash(both, ks))
+
+    def side(flag: bool, prefix: str) -> DataFrame:
+        return narrow.where(F.col("s") == F.lit(flag)).select(
+            *[F.col(c).alias(f"{prefix}{c}") for c in [*ks, "rh", *vs, "h"]], F.lit(True).alias(f"{prefix}x"))
+
+    pairs = side(True, "s").join(side(False, "t"), [F.col(f"s{k}").eqNullSafe(F.col(f"t{k}")) for k in ks], "full_outer")
+    return pairs.select(*[F.coalesce(F.col(f"s{k}"), F.col(f"t{k}")).alias(k) for k in ks],
+                        F.col("sx").isNotNull().alias("sx"), F.col("tx").isNotNull().alias("tx"), "srh", "trh",
+                        *[f"{side}{v}" for v in vs for side in "st"],
+                        F.coalesce(F.col("sh"), F.col("th")).alias("h"))
 
 
 def _changed(kind: DataType, staged: Column, current: Column) -> Column:
@@ -309,39 +289,22 @@ def _column_sums(updated: Column, types: dict[str, DataType], outside: Sequence[
     return aggs
 
 
-def _partition_sums(types: dict[str, DataType], outside: Sequence[str]) -> list[Column]:
-    """The per-partition aggregates of :func:`_per_key`'s rows: the four counts, ``mixed`` (mixed keys), the
-    :func:`_column_sums` of the keys that are one row against one, and per sample bucket ``x{b}`` the smallest key
-    hash of a changed key."""
-    aggs = [F.sum("inserted").alias("inserted"), F.sum("deleted").alias("deleted"),
-            F.sum("updated").alias("updated"), F.sum("unchanged").alias("unchanged"),
-            F.count_if("mixed").alias("mixed"), *_column_sums(F.col("upd"), types, outside)]
+def _pair_sums(types: dict[str, DataType], outside: Sequence[str]) -> list[Column]:
+    """The per-partition aggregates of :func:`_pairs`' rows: ``inserted`` (staged rows of no current key),
+    ``deleted`` (current rows of no staged key), ``updated`` and ``unchanged`` (pairs whose row hashes differ or
+    not), the :func:`_column_sums` of the updated pairs, and per sample bucket ``x{b}`` the smallest key hash of a
+    changed key (a key with an unpaired or updated row)."""
+    sx, tx = F.col("sx"), F.col("tx")
+    matched = sx & tx
+    updated = matched & (F.col("srh") != F.col("trh"))
+    aggs = [F.count_if(sx & ~tx).alias("inserted"), F.count_if(tx & ~sx).alias("deleted"),
+            F.count_if(updated).alias("updated"), F.count_if(matched & ~updated).alias("unchanged"),
+            *_column_sums(updated, types, outside)]
+    changed = ~matched | updated
     # plain min of a bigint per bucket: a hash aggregation, where min_by of a struct would sort
-    aggs += [F.min(F.when(F.col("c").isNotNull() & (F.pmod("h", F.lit(SAMPLE_BUCKETS)) == b), F.col("h"))).alias(f"x{b}")
+    aggs += [F.min(F.when(changed & (F.pmod("h", F.lit(SAMPLE_BUCKETS)) == b), F.col("h"))).alias(f"x{b}")
              for b in range(SAMPLE_BUCKETS)]
     return aggs
-
-
-def _mixed_keys(both: DataFrame, per_key: DataFrame, ks: list[str], types: dict[str, DataType],
-                outside: Sequence[str], part, count: int) -> dict[object, dict]:
-    """Per partition (raw value of ``part``), the sums of :func:`_partition_sums` (without the sample buckets
-    and the counts :func:`_per_key` already made) over the ``count`` mixed keys only, pair by pair: their rows
-    are joined by key, each pair alike (same row hash) unchanged, every other pair updated, compared column by
-    column. The keys are broadcast to the scans when they are few (up to :data:`BROADCAST_KEYS`)."""
-    mixed = per_key.where("mixed").select(*[F.col(k).alias(f"i{k}") for k in ks])
-    if count <= BROADCAST_KEYS:
-        mixed = F.broadcast(mixed)
-    rows = _narrow(both, ks, list(types)).join(mixed, [F.col(k).eqNullSafe(F.col(f"i{k}")) for k in ks])
-    rows = rows.select(*ks, "s", "rh", *types)
-
-    def side(flag: bool, prefix: str) -> DataFrame:
-        return rows.where(F.col("s") == F.lit(flag)).select(*[F.col(c).alias(f"{prefix}{c}") for c in [*ks, "rh", *types]])
-
-    joined = side(True, "s").join(side(False, "t"), [F.col(f"s{k}").eqNullSafe(F.col(f"t{k}")) for k in ks])
-    same = F.col("srh") == F.col("trh")
-    aggs = [F.count_if(~same).alias("updated"), F.count_if(same).alias("unchanged"),
-            *_column_sums(~same, types, outside)]
-    return {r["partition"]: r.asDict() for r in joined.groupBy(part("s")).agg(*aggs).collect()}
 
 
 def _sample_rows(both: DataFrame, ks: list[str], vs: list[str], chosen: set[tuple]) -> DataFrame:
