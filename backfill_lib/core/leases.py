@@ -139,11 +139,15 @@ def make_lease(run_id: str, table: str, owner: str, status: str, *, whole: bool,
 
 def lease_of(run: dict) -> Lease:
     """The lease of ``run``: a ledger run record with ``plan_json``, its latest ``status`` and ``event_at``, and
-    ``planned_seq`` (the ``seq`` of its first event)."""
+    ``planned_seq`` (the ``seq`` of its first event).
+
+    The lease is the whole table when the stored plan says its strategy writes the whole table
+    (``whole_table``), when the request has no range, or when the plan does not say (a plan stored by an older
+    version of the tool: holding the whole table can only refuse a run that would have been let through)."""
     summary = json.loads(run["plan_json"])
     request = summary["request"]
     return make_lease(run["run_id"], request["target"]["table"], run.get("owner") or "?", run["status"],
-                      whole=request.get("strategy") == "rebuild" or not request.get("range"),
+                      whole=summary.get("whole_table", True) or not request.get("range"),
                       start=summary.get("range_start"), end=summary.get("range_end_exclusive"),
                       time_zone=request.get("time_zone") or "UTC", planned_seq=int(run["planned_seq"]),
                       last_event_at=run["event_at"], resumable=run.get("resumable"),

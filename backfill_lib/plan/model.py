@@ -295,6 +295,8 @@ class BackfillPlan:
             "target_version": self.target_version,
             "range_start": str(self.range_start),
             "range_end_exclusive": str(self.range_end),
+            # what the run's lease holds: its range, or the whole table (core.leases reads this, not the strategy)
+            "whole_table": self.strategy.whole_table,
             "partitions": len(self.partitions),
             "batches": [list(b.keys) for b in self.batches],
             "staging_table": self.staging_table,

@@ -92,7 +92,8 @@ def test_hours_of_a_timestamp_column_conflict_only_as_instants_and_hours_written
         plan = {"request": {"target": {"table": "db.hits", "partition_column": "h", "grain": "hour", **target},
                             "strategy": "recompute", "range": {"start": "2024-03-01", "end": "2024-03-01"},
                             "time_zone": tz},
-                "range_start": str(bounds[0]), "range_end_exclusive": str(bounds[1])}  # UTC, as plans store them
+                "range_start": str(bounds[0]), "range_end_exclusive": str(bounds[1]),  # UTC, as plans store them
+                "whole_table": False}
         return lease_of({"run_id": run_id, "plan_json": json.dumps(plan), "status": "staging", "event_at": NOW,
                          "planned_seq": seq, "owner": "ana@example.com"})
 
@@ -103,6 +104,26 @@ def test_hours_of_a_timestamp_column_conflict_only_as_instants_and_hours_written
     first, second = (run("kiritimati", "Pacific/Kiritimati", 1, partition_format="yyyyMMddHH"),
                      run("honolulu", "Pacific/Honolulu", 2, partition_format="yyyyMMddHH"))
     assert [h.run_id for h in holding([first], second, NOW, 24)] == ["kiritimati"]
+
+
+def test_a_plan_that_writes_the_whole_table_holds_it_whatever_its_range_and_an_unsaid_plan_holds_it_too():
+    def run(run_id, seq, start, end, **flag):
+        plan = {"request": {"target": {"table": "db.events", "partition_column": "d"}, "strategy": "any",
+                            "range": {"start": start, "end": end}, "time_zone": "UTC"},
+                "range_start": start, "range_end_exclusive": end, **flag}
+        return lease_of({"run_id": run_id, "plan_json": json.dumps(plan), "status": "staging", "event_at": NOW,
+                         "planned_seq": seq, "owner": "ana@example.com"})
+
+    ranged = run("march", 2, "2024-03-01", "2024-04-01", whole_table=False)
+    assert (ranged.start, ranged.shown) == (datetime(2024, 3, 1, tzinfo=timezone.utc), "[2024-03-01, 2024-04-01) UTC")
+    # a whole-table plan (a rebuild) with a range of January still holds March
+    whole = run("jan-rebuild", 1, "2024-01-01", "2024-02-01", whole_table=True)
+    assert (whole.start, whole.shown) == (None, "the whole table")
+    assert [h.run_id for h in holding([whole], ranged, NOW, 24)] == ["jan-rebuild"]
+    # a plan stored without the flag (an older version's) is taken as the whole table
+    unsaid = run("old", 1, "2024-01-01", "2024-02-01")
+    assert [h.run_id for h in holding([unsaid], ranged, NOW, 24)] == ["old"]
+    assert holding([run("jan", 1, "2024-01-01", "2024-02-01", whole_table=False)], ranged, NOW, 24) == []
 
 
 def test_two_names_of_one_location_are_one_table_and_two_locations_are_two():
