@@ -182,8 +182,11 @@ def run(
     _check_only(only, load_request(request), request)
     if run_id is not None:
         check_run_id(run_id)
-    backfills = api.Backfills(settings, _spark(settings), console, approved_by=approve, concurrent=concurrent)
-    the_plan, state = backfills.prepare(request, run_id=run_id, after=after, only=only)
+    with _starting(f"starting Spark ({settings.spark.master}) for {request}") as starting:
+        spark = _spark(settings)
+        starting.update(f"planning {request}: the source, the target's Delta log, the ledger's leases")
+        backfills = api.Backfills(settings, spark, console, approved_by=approve, concurrent=concurrent)
+        the_plan, state = backfills.prepare(request, run_id=run_id, after=after, only=only)
     try:
         with cancel_on_signals(backfills, the_plan.run_id):
             result = backfills.execute(the_plan, state, until=until, on_durable=_announce_run_id)
@@ -194,6 +197,23 @@ def run(
         _State.document = backfills.document(result)
         return
     text.print_result(console, settings, result)
+
+
+def _starting(text: str):
+    """A spinner on stderr for a run's first minute (the JVM's start and the plan print nothing else); on a
+    terminal only, so logs and ``--json`` output stay as they were. Use as a context manager; ``update`` it."""
+    return err_console.status(text, spinner="dots") if err_console.is_terminal else _Silent()
+
+
+class _Silent:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def update(self, *args, **kwargs) -> None:
+        return None
 
 
 def _announce_run_id(run_id: str) -> None:
@@ -216,7 +236,8 @@ def resume(
     """Continue a run from the ledger: skip staged partitions, redo the rest, validate, publish once."""
     _check_until(until)
     settings = _settings()
-    backfills = api.Backfills(settings, _spark(settings), console, approved_by=approve)
+    with _starting(f"starting Spark ({settings.spark.master}) to resume {run_id}"):
+        backfills = api.Backfills(settings, _spark(settings), console, approved_by=approve)
     try:
         with cancel_on_signals(backfills, run_id):
             result = backfills.resume(run_id, until=until)
