@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager, redirect_stdout
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -182,9 +183,10 @@ def run(
     _check_only(only, load_request(request), request)
     if run_id is not None:
         check_run_id(run_id)
-    with _starting(f"starting Spark ({settings.spark.master}) for {request}") as starting:
+    name = Path(request).name
+    with _starting(f"starting Spark ({settings.spark.master}) for {name}") as starting:
         spark = _spark(settings)
-        starting.update(f"planning {request}: the source, the target's Delta log, the ledger's leases")
+        starting.update(f"planning {name}: source, target's Delta log, leases")
         backfills = api.Backfills(settings, spark, console, approved_by=approve, concurrent=concurrent)
         the_plan, state = backfills.prepare(request, run_id=run_id, after=after, only=only)
     try:

@@ -13,8 +13,8 @@ def test_a_terminal_sees_a_spinner_that_says_what_the_run_waits_for_and_a_log_se
     terminal = io.StringIO()
     monkeypatch.setattr(cli, "err_console", Console(file=terminal, force_terminal=True, width=120))
     with cli._starting("starting Spark (local[2]) for r.yml") as starting:
-        starting.update("planning r.yml: the source, the target's Delta log, the ledger's leases")
-    assert "planning r.yml: the source, the target's Delta log, the ledger's leases" in terminal.getvalue()
+        starting.update("planning r.yml: source, target's Delta log, leases")
+    assert "planning r.yml: source, target's Delta log, leases" in terminal.getvalue()
 
     log = io.StringIO()
     monkeypatch.setattr(cli, "err_console", Console(file=log, force_terminal=False))
