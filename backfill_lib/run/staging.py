@@ -85,7 +85,7 @@ class StagingTable:
 
 class PinnedRows:
     """A pinned run's staged rows (:mod:`backfill_lib.core.staging_mode`): each batch's rows checkpointed in the
-    session (``localCheckpoint``, eager: computed once, kept by the block manager in memory and spilled to local
+    session (``localCheckpoint``: computed once, kept by the block manager in memory and spilled to local
     disk), read back by :func:`staged_rows` under the run's staging table name. Nothing is written to any table;
     nothing outlives the process. Safe for concurrent batches; a batch written again replaces its rows."""
 
@@ -96,8 +96,9 @@ class PinnedRows:
 
     @staticmethod
     def hold(rows: DataFrame) -> DataFrame:
-        """``rows`` pinned: computed once (``localCheckpoint``, eager), for the batch's count and every later read."""
-        return rows.localCheckpoint(eager=True)
+        """``rows`` pinned: computed once, by the first job that reads them (the batch's count), and kept for every
+        later read (``localCheckpoint``, not eager: an eager one is a job of its own, and the count a second pass)."""
+        return rows.localCheckpoint(eager=False)
 
     @staticmethod
     def let_go(rows: DataFrame) -> None:
