@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # whole to one worker.
 
 #: files kept whole on one worker (their module-scoped fixtures start JVMs of their own)
-GROUPED = ("tests/e2e/test_crash_points.py", "tests/e2e/test_cluster.py", "tests/e2e/test_crash_safety.py")
+GROUPED = ("tests/e2e/test_crash_points.py", "tests/e2e/test_cluster.py", "tests/e2e/test_crash_safety.py",
+           "tests/e2e/test_shared_metastore.py")
 #: the longest units first, so that no long one is left to run alone at the end: the files that start JVMs of their
 #: own, then the demo, then the wheel
 LONGEST_FIRST = (*GROUPED, "tests/e2e/test_demo.py", "tests/e2e/test_wheel.py")

@@ -360,7 +360,7 @@ def refuse_a_home_in_use(settings: Settings) -> None:
                 raise HomeInUseError(
                     f"home {settings.home.resolve()} is in use by {by}: its Derby metastore "
                     f"({settings.metastore_dir}) admits one process at a time; wait for that process to end, or give "
-                    "this one another home (BACKFILL_HOME) or a shared metastore (see \"Running on clusters\")"
+                    "this one another home (BACKFILL_HOME) or a shared metastore (metastore_url in the settings)"
                 ) from None
             fcntl.lockf(handle, fcntl.LOCK_UN)
             return
@@ -376,7 +376,8 @@ def local_session_options(settings: Settings, short_lived: bool = False) -> dict
     The settings' ``spark.options`` override the defaults, except ``spark.driver.extraJavaOptions``: the settings'
     Java options come after the product's own (Derby's system home and the log4j file under ``settings.home``; a
     ``-D`` given twice takes the last value), not instead of them, since without those Derby writes ``derby.log``
-    into the working folder and the JVM prints Spark's INFO lines. ``short_lived`` appends
+    into the working folder and the JVM prints Spark's INFO lines. With ``settings.metastore_url`` the catalog is
+    that PostgreSQL database (:func:`backfill_lib.adapters.metastore.metastore_options`) instead of Derby. ``short_lived`` appends
     :data:`SHORT_LIVED_JVM_OPTIONS` after both and sets :data:`SHORT_LIVED_OPTIONS`. Pure: reads no file.
     """
     home = settings.home.resolve()
@@ -394,6 +395,10 @@ def local_session_options(settings: Settings, short_lived: bool = False) -> dict
         JAVA_OPTIONS: f"-Dderby.system.home={home} -Dlog4j.configurationFile={home / 'log4j2.properties'}",
         "spark.sql.catalogImplementation": "hive",  # what SparkSession.Builder.enableHiveSupport sets
     }
+    if settings.metastore_url:
+        from backfill_lib.adapters.metastore import metastore_options
+
+        options.update(metastore_options(settings.metastore_url))
     own_java_options = options[JAVA_OPTIONS]
     options.update(settings.spark.options)
     java_options = [own_java_options, settings.spark.options.get(JAVA_OPTIONS, "")]
@@ -418,11 +423,19 @@ def build_local_session(settings: Settings, short_lived: bool = False) -> SparkS
         FETCHING_LINE, RESOLUTION_OPTIONS, cached_jars, delta_package, ivy_home, remember_jars,
     )
 
-    refuse_a_home_in_use(settings)
+    options = local_session_options(settings, short_lived)
+    if settings.metastore_url:  # a shared metastore: other processes on this home are expected
+        from backfill_lib.adapters.metastore import prepare_metastore
+
+        prepare_metastore(settings, options)
+    else:
+        refuse_a_home_in_use(settings)
     settings.warehouse_dir.mkdir(parents=True, exist_ok=True)
     log4j = settings.home.resolve() / "log4j2.properties"
-    log4j.write_text(LOG4J2_PROPERTIES)
-    options = local_session_options(settings, short_lived)
+    if not log4j.exists() or log4j.read_text() != LOG4J2_PROPERTIES:
+        partial = log4j.with_name(f"{log4j.name}.{os.getpid()}.part")
+        partial.write_text(LOG4J2_PROPERTIES)
+        partial.replace(log4j)  # whole or not at all, for a JVM of another process reading it now
     package = delta_package()
     jars = cached_jars(options, package)
     resolved_by_user = any(options.get(key) for key in RESOLUTION_OPTIONS)

@@ -48,6 +48,11 @@ class HomeInUseError(ConfigError):
     time. Exit code 2; nothing was started or written."""
 
 
+class MetastoreError(ConfigError):
+    """The shared metastore of ``metastore_url`` does not answer, its JDBC driver cannot be had, or its tables
+    cannot be created (:mod:`backfill_lib.adapters.metastore`). Exit code 2; nothing was started or written."""
+
+
 class PlatformError(ConfigError):
     """The Python environment or the session has a Spark or Delta release the product does not support, or
     lacks one (:mod:`backfill_lib.core.platform`). Exit code 2."""

@@ -11,8 +11,8 @@ Both are off unless asked for, through the environment of the process that runs 
   made one table's RESTORE commit and is about to restore the next; ``between_restores:N`` stops only before
   the ``N``-th table, counted from 0). ``after_run_id`` is in ``backfill run``: the run ID was just printed.
 - ``BACKFILL_PAUSE_AT=POINT[:BATCH]`` instead creates the file named by ``BACKFILL_PAUSE_FILE`` there and
-  sleeps ``BACKFILL_PAUSE_SECONDS`` (default 10) before going on, so that a test can signal the process (or its
-  whole process group) from outside at exactly that point.
+  sleeps ``BACKFILL_PAUSE_SECONDS`` (default 10) before going on, or until the file is removed, so that a test
+  can signal the process (or its whole process group) from outside at exactly that point, or act beside it.
 - ``BACKFILL_SIGNAL_AT=POINT[:BATCH]`` sends this process ``SIGTERM`` there instead, as an operator stopping the
   run would (the run should end ``cancelled`` and resume cleanly).
 - ``BACKFILL_FAIL_MONITOR=TABLE`` makes the release monitor find a failure on ``TABLE`` (``*``: the first table
@@ -60,7 +60,9 @@ def crash_point(name: str, batch: int | None = None) -> None:
         if marker:
             with open(marker, "a") as f:
                 f.write(f"{name}\n")
-        time.sleep(float(os.environ.get(PAUSE_SECONDS_ENV, "10")))
+        until = time.monotonic() + float(os.environ.get(PAUSE_SECONDS_ENV, "10"))
+        while time.monotonic() < until and not (marker and not os.path.exists(marker)):
+            time.sleep(0.1)
     if _at(SIGNAL_ENV, name, batch):
         os.kill(os.getpid(), signal.SIGTERM)
     if _at(CRASH_ENV, name, batch):

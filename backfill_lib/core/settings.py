@@ -1,7 +1,8 @@
 """Settings: where the embedded default keeps its files, the session time zone, schema names, Spark options.
 
 Loaded from ``conf/settings.yml`` (or the file named by ``--settings`` / ``BACKFILL_SETTINGS``). The
-local folder can be moved with ``BACKFILL_HOME`` and the local master with ``BACKFILL_SPARK_MASTER``.
+local folder can be moved with ``BACKFILL_HOME``, the local master with ``BACKFILL_SPARK_MASTER`` and the
+metastore with ``BACKFILL_METASTORE_URL``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ DEFAULT_SETTINGS_PATH = Path("conf/settings.yml")
 HOME_ENV = "BACKFILL_HOME"
 SETTINGS_ENV = "BACKFILL_SETTINGS"
 MASTER_ENV = "BACKFILL_SPARK_MASTER"
+METASTORE_ENV = "BACKFILL_METASTORE_URL"
 
 #: Source input per batch when batches are sized by bytes: large enough that a batch's fixed cost (a Spark job,
 #: a staging commit, a ledger event; about a second locally) is small beside its work, small enough that a
@@ -110,6 +112,12 @@ class Settings(BaseModel):
         Where a run's validated rows wait for the publish commit when its request does not say:
         ``durable`` (a staging Delta table per run) or ``pinned`` (held by the run's Spark session and written
         once, by the publish commit; see :func:`backfill_lib.core.staging_mode.staging_mode`).
+    metastore_url:
+        The embedded default only: a shared Hive metastore database instead of the one-process Derby metastore
+        under ``home``, as a PostgreSQL JDBC URL (``jdbc:postgresql://HOST[:PORT]/DATABASE?user=U&password=P``).
+        Several ``backfill`` processes (on one machine, or on several sharing the warehouse's file system) can
+        then run, watch and abandon backfills side by side; ``backfill`` creates the metastore's tables on first
+        use (:mod:`backfill_lib.adapters.metastore`). ``BACKFILL_METASTORE_URL`` overrides it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -130,6 +138,16 @@ class Settings(BaseModel):
     cleanup_older_than: str = "30d"
     lineage: LineageSettings = Field(default_factory=LineageSettings)
     staging: Literal["durable", "pinned"] = "durable"
+    metastore_url: str | None = None
+
+    @field_validator("metastore_url")
+    @classmethod
+    def _a_postgresql_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            from backfill_lib.core.metastore_url import parse_metastore_url
+
+            parse_metastore_url(value)
+        return value
 
     @field_validator("cleanup_older_than")
     @classmethod
@@ -187,6 +205,8 @@ def load_settings(path: str | Path | None = None) -> Settings:
         raise ConfigError(f"{chosen}: settings file not found")
     if HOME_ENV in os.environ:
         data = {**data, "home": os.environ[HOME_ENV]}
+    if os.environ.get(METASTORE_ENV):
+        data = {**data, "metastore_url": os.environ[METASTORE_ENV]}
     if MASTER_ENV in os.environ:
         data = {**data, "spark": {**(data.get("spark") or {}), "master": os.environ[MASTER_ENV]}}
     try:

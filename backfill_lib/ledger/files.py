@@ -30,14 +30,15 @@ _CATALOG_OPTION_WORDS = ("warehouse", "jdo", "metastore", "catalog")
 
 def ledger_files(settings: Settings) -> LedgerFiles | None:
     """The ledger of the embedded default under ``settings.home``, read by path; ``None`` where the catalog is
-    another one (under ``spark-submit``, on a Spark Connect server, with settings that name a warehouse, metastore
-    or catalog, or a ledger schema with a catalog part), where only Spark knows where the tables are; ``None`` too
+    another one (under ``spark-submit``, on a Spark Connect server, with a ``metastore_url`` or settings that
+    name a warehouse, metastore or catalog, or a ledger schema with a catalog part), where only Spark knows where the tables are; ``None`` too
     without the ``deltalake`` package (an install without the ``local`` extra)."""
     if importlib.util.find_spec("deltalake") is None:
         return None
     if launched_by_spark_submit() or os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
         return None
-    if any(word in key.lower() for key in settings.spark.options for word in _CATALOG_OPTION_WORDS):
+    if settings.metastore_url or any(word in key.lower() for key in settings.spark.options
+                                     for word in _CATALOG_OPTION_WORDS):
         return None
     parts = split_table_name(settings.ledger_schema)
     if parts is None or len(parts) != 1:

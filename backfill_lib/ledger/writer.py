@@ -21,6 +21,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
@@ -42,16 +43,27 @@ LINGER_SECONDS = 30.0
 
 #: the keys of a ledger commit's userMetadata: the run IDs whose events it holds, and of those the runs whose
 #: ``planned`` event it holds
-TAG_KEY, PLANNED_KEY = "ledger_runs", "planned_runs"
+TAG_KEY, PLANNED_KEY, WRITER_KEY = "ledger_runs", "planned_runs", "writer"
 
 
-def commit_tag(runs, planned=()) -> str:
+def commit_tag(runs, planned=(), writer: str | None = None) -> str:
     """The ``userMetadata`` of a ledger commit holding events of ``runs`` (run IDs; ``None`` left out), the
-    ``planned`` events of ``planned`` among them."""
+    ``planned`` events of ``planned`` among them, made by the writer (:attr:`EventWriter.token`) ``writer``."""
     tag = {TAG_KEY: sorted(r for r in runs if r is not None)}
     if planned:
         tag[PLANNED_KEY] = sorted(planned)
+    if writer:
+        tag[WRITER_KEY] = writer
     return json.dumps(tag)
+
+
+def tag_writer(meta: str | None) -> str | None:
+    """The writer token a ledger commit's ``userMetadata`` names (:func:`commit_tag`), ``None`` if none."""
+    try:
+        writer = json.loads(meta).get(WRITER_KEY) if meta else None
+    except (ValueError, AttributeError):
+        return None
+    return writer if isinstance(writer, str) else None
 
 
 def tagged_runs(meta: str | None, key: str = TAG_KEY) -> list[str]:
@@ -98,6 +110,9 @@ class EventWriter:
         #: per table: the run IDs of each commit this writer made, in order (see commit_mark); its lock is held
         #: across each INSERT into the table and the entry it adds
         self._commits: dict[str, list[frozenset]] = {name: [] for name in SCHEMAS}
+        #: names this writer's commits (:func:`commit_tag`): two processes recording a plan of one run ID at once
+        #: tell their commits apart by it (:meth:`planned_elsewhere_first`)
+        self.token = uuid.uuid4().hex
         self._commit_locks = {name: threading.Lock() for name in SCHEMAS}
         #: the tables appended to and read through their files (:mod:`~backfill_lib.ledger.by_path`), by name; the
         #: others through Spark. Filled by ``Ledger.ensure``.
@@ -170,7 +185,7 @@ class EventWriter:
             schema = SCHEMAS[name]
             events = [{f.name: _as_column(f, r.get(f.name)) for f in schema.fields} for r in rows]
             with self._commit_locks[name]:
-                files.append(events, commit_tag(runs, planned))
+                files.append(events, commit_tag(runs, planned, self.token))
                 self._commits[name].append(runs)
             return
         # One append of one string literal, the rows as a JSON array that from_json parses in the JVM: no Python
@@ -191,7 +206,7 @@ class EventWriter:
             # the commit names its runs and plans (planned_commits reads them back): an option of this write, not the
             # session's userMetadata, which a publish in another thread may set. writeTo's append matches columns
             # by name and fails on a missing table (saveAsTable would create a new one, without its properties).
-            rows_frame.writeTo(self.table(name)).option("userMetadata", commit_tag(runs, planned)).append()
+            rows_frame.writeTo(self.table(name)).option("userMetadata", commit_tag(runs, planned, self.token)).append()
             self._commits[name].append(runs)
 
     def commit_mark(self, name: str) -> tuple[int, int] | None:
@@ -242,6 +257,29 @@ class EventWriter:
             for run_id in tagged_runs(meta, PLANNED_KEY):
                 found.setdefault(run_id, version)
         return found
+
+    def planned_elsewhere_first(self, mark: tuple[int, int] | None, run_id: str) -> bool:
+        """Whether the first commit after ``mark`` (:meth:`commit_mark`) holding a ``planned`` event of ``run_id``
+        was another writer's: the same run ID started by another process at the same moment, whose plan reached
+        the ledger first. ``False`` without a mark or when that commit names no writer (an older release's).
+
+        Raises
+        ------
+        Exception
+            The error of a failed read of the table's log.
+        """
+        from backfill_lib.adapters.delta_log import user_metadata_since
+
+        if mark is None:
+            return False
+        files = self._by_path.get("runs")
+        commits = (files.user_metadata_since(mark[0] + 1) if files is not None
+                   else user_metadata_since(self.spark, self.table("runs"), mark[0] + 1))
+        for _, meta in sorted(commits):
+            if run_id in tagged_runs(meta, PLANNED_KEY):
+                writer = tag_writer(meta)
+                return writer is not None and writer != self.token
+        return False
 
     def write_now(self) -> None:
         """Start committing what is queued without waiting for it (the writer stops lingering), so the commit

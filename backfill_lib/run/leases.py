@@ -24,6 +24,11 @@ from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.plan.prepare import utc_now
 
 
+class RunElsewhere(str):
+    """A lease confirmation's refusal of a run whose run ID another process started at the same moment, and
+    runs: the refused one records nothing more under that ID (an ``abandoned`` event would stop the other)."""
+
+
 def confirmed_refusal(confirmed: Future | None, raise_failed_read: bool = True) -> str | None:
     """The refusal a lease confirmation (:meth:`Leases.confirming`) resolved to, waiting for it; ``None`` when
     it confirmed the lease or there is none. A failed ledger read is raised, or (``raise_failed_read=False``,
@@ -132,7 +137,8 @@ class Leases:
     def confirm(self, plan: BackfillPlan, planned_seq: int, mark: tuple[int, int] | None) -> str | None:
         """Once the ``planned`` event (``planned_seq``) is committed: when an overlapping run's plan reached the
         ledger first (both passed :meth:`take_turn` at once; :func:`~backfill_lib.core.leases.committed_before`
-        orders them by commit version), the refusal that withdraws this one; else ``None``.
+        orders them by commit version), or when another process recorded a plan of the same run ID first, the
+        refusal that withdraws this one; else ``None``.
         When nothing but this run's own events reached the ``runs`` table since :meth:`take_turn`'s read
         (``mark``), no plan can have been recorded before this one unseen, and the ledger is not read again."""
         from backfill_lib.core.leases import committed_before, holding, refusal
@@ -142,6 +148,10 @@ class Leases:
         self.ledger.wait_committed(planned_seq, hurry=False)
         if self.ledger.only_commits_of("runs", mark, plan.run_id):
             return None
+        if self.ledger.planned_elsewhere_first(mark, plan.run_id):
+            return RunElsewhere(f"run ID {plan.run_id} was started by another process at the same moment, and its "
+                                f"plan reached the ledger first: that process runs it (`backfill status "
+                                f"{plan.run_id}`); this one wrote nothing")
         leases = self.ledger.leases(plan.target_table, flush=False, location=plan.target_location)
         own = next((lease for lease in leases if lease.run_id == plan.run_id), None)
         if own is None:

@@ -18,7 +18,7 @@ from backfill_lib.core.errors import (
 from backfill_lib.core.progress import Reporter
 from backfill_lib.ledger import Ledger
 from backfill_lib.plan.model import BackfillPlan
-from backfill_lib.run.leases import confirmed_refusal
+from backfill_lib.run.leases import RunElsewhere, confirmed_refusal
 
 
 @contextlib.contextmanager
@@ -27,7 +27,8 @@ def recording_the_end(ledger: Ledger, plan: BackfillPlan, record: dict, reporter
     """Record how the run in the ``with`` block stops, then let its error through.
 
     A lease confirmation that refused (``confirmed``, a fresh run's; the run was withdrawn at start, whatever else
-    stopped it meanwhile, since nothing was written) is the run's error and ``abandoned`` its last event. A failed
+    stopped it meanwhile, since nothing was written) is the run's error and ``abandoned`` its last event (none for
+    a run ID another process runs: :class:`~backfill_lib.run.leases.RunElsewhere`). A failed
     gate has its report written (``on_gate_failed``); a rolled back or abandoned run is recorded already; a
     cancelled one is ``cancelled`` (resumable); any other error, a Spark or Python one too, ``failed``, with
     whether a retry may pass (:func:`~backfill_lib.core.errors.resumable_failure`).
@@ -40,7 +41,8 @@ def recording_the_end(ledger: Ledger, plan: BackfillPlan, record: dict, reporter
             ledger.write_now()  # a run stopped before staging: the confirmation waits for this commit
             refused = confirmed_refusal(confirmed, raise_failed_read=False)
             if refused:
-                ledger.record_run(last(), "abandoned", message=f"withdrawn at start: {refused}")
+                if not isinstance(refused, RunElsewhere):
+                    ledger.record_run(last(), "abandoned", message=f"withdrawn at start: {refused}")
                 raise LeaseError(f"{plan.request_path}: {refused}") from None
             raise
     except LeaseError:

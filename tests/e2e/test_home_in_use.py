@@ -31,7 +31,7 @@ def test_a_second_process_on_a_home_in_use_ends_with_one_line_naming_it(spark, s
     assert done.stderr.strip().splitlines() == [
         f"error: home {home} is in use by process {spark.sparkContext._gateway.proc.pid}: its Derby metastore ({settings.metastore_dir}) admits "
         "one process at a time; wait for that process to end, or give this one another home (BACKFILL_HOME) or a "
-        'shared metastore (see "Running on clusters")']
+        'shared metastore (metastore_url in the settings)']
     assert took < 60, f"{took:.0f} s: a JVM was started before the refusal"
 
 

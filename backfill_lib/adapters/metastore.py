@@ -1,0 +1,178 @@
+"""A shared Hive metastore in PostgreSQL for the embedded default (``Settings.metastore_url``).
+
+The embedded default's Derby metastore admits one process at a time. With ``metastore_url`` the local session
+reaches a PostgreSQL database through Spark's built-in Hive client instead, so several ``backfill`` processes
+share one catalog, as they would a cluster's Hive metastore. Before the JVM starts:
+
+1. the database must answer on its host and port within :data:`CONNECT_TIMEOUT_SECONDS` (rather than a start
+   that waits on a metastore that never answers);
+2. the PostgreSQL JDBC driver (:data:`DRIVER_PACKAGE`) is fetched from Maven Central once, into the Ivy home's
+   ``jars/`` folder, and put on the driver's class path (``spark.driver.extraClassPath``: DataNucleus does not
+   find a driver added by ``spark.jars`` alone);
+3. the metastore's tables are created, all at once, by DataNucleus's own SchemaTool from the mapping the Hive
+   client ships (``package.jdo`` in Spark's ``hive-metastore`` jar), once per home and database. Creating them
+   lazily (``datanucleus.schema.autoCreateAll``) deadlocks on PostgreSQL: one connection adds a foreign key to
+   a table another holds in an open transaction. The session then runs with ``autoCreateAll`` off.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import socket
+import subprocess
+import tempfile
+import urllib.request
+import zipfile
+from pathlib import Path
+
+from backfill_lib.core.errors import MetastoreError
+from backfill_lib.core.metastore_url import MetastoreUrl, parse_metastore_url, redacted
+from backfill_lib.core.settings import Settings
+
+#: The JDBC driver fetched for a PostgreSQL metastore (Maven coordinate)
+DRIVER_PACKAGE = "org.postgresql:postgresql:42.7.4"
+DRIVER_CLASS = "org.postgresql.Driver"
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+#: seconds the metastore's database has to accept a TCP connection, and the JDBC driver to log in
+CONNECT_TIMEOUT_SECONDS = 10
+#: seconds SchemaTool has to create the tables
+SCHEMA_TIMEOUT_SECONDS = 300
+CLASS_PATH = "spark.driver.extraClassPath"
+
+
+def metastore_options(url: str) -> dict[str, str]:
+    """The Spark options of a session whose Hive client keeps its catalog in the PostgreSQL database at ``url``.
+    Pure. The tables are expected to exist (:func:`prepare_metastore`), so none is created lazily; the schema
+    version is recorded on first use rather than verified (SchemaTool records none)."""
+    return {
+        "spark.hadoop.javax.jdo.option.ConnectionURL": _with_timeouts(url),
+        "spark.hadoop.javax.jdo.option.ConnectionDriverName": DRIVER_CLASS,
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "false",
+        "spark.hadoop.hive.metastore.schema.verification": "false",
+        "spark.hadoop.hive.metastore.schema.verification.record.version": "true",
+    }
+
+
+def _with_timeouts(url: str) -> str:
+    """``url`` with PostgreSQL's ``connectTimeout`` and ``loginTimeout`` (seconds) unless it sets them."""
+    extra = [f"{name}={CONNECT_TIMEOUT_SECONDS}" for name in ("connectTimeout", "loginTimeout")
+             if f"{name.lower()}=" not in url.lower()]
+    if not extra:
+        return url
+    return url + ("&" if "?" in url else "?") + "&".join(extra)
+
+
+def prepare_metastore(settings: Settings, options: dict[str, str]) -> None:
+    """Make ``settings.metastore_url`` usable by the session about to start with ``options`` (Spark options,
+    changed in place: the JDBC driver is put first on ``spark.driver.extraClassPath``): check that the database
+    answers, fetch the driver once, create the tables once.
+
+    Raises
+    ------
+    MetastoreError
+        When the database does not answer within :data:`CONNECT_TIMEOUT_SECONDS`, the driver cannot be fetched,
+        or SchemaTool fails (its last line in the message); the URL is shown without its password.
+    """
+    where = parse_metastore_url(settings.metastore_url)
+    _check_answers(where)
+    jar = driver_jar(options)
+    own = options.get(CLASS_PATH)
+    options[CLASS_PATH] = os.pathsep.join([str(jar)] + ([own] if own else []))
+    _ensure_tables(settings, where, jar)
+
+
+def _check_answers(where: MetastoreUrl) -> None:
+    try:
+        with socket.create_connection((where.host, where.port), timeout=CONNECT_TIMEOUT_SECONDS):
+            pass
+    except OSError as exc:
+        raise MetastoreError(f"metastore_url {where.shown}: nothing answers at {where.host}:{where.port} "
+                             f"within {CONNECT_TIMEOUT_SECONDS} s ({exc.strerror or exc})") from None
+
+
+def driver_jar(options: dict[str, str]) -> Path:
+    """The PostgreSQL JDBC driver's jar in the Ivy home (``<ivy>/jars/org.postgresql_postgresql-<v>.jar``, where
+    Spark's own resolution puts it), fetched from Maven Central and checked against its SHA-1 first if absent."""
+    from backfill_lib.adapters.delta_jars import ivy_home
+
+    group, artifact, version = DRIVER_PACKAGE.split(":")
+    jar = ivy_home(options) / "jars" / f"{group}_{artifact}-{version}.jar"
+    if jar.is_file() and jar.stat().st_size > 0:
+        return jar
+    remote = f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.jar"
+    try:
+        with urllib.request.urlopen(remote, timeout=60) as response:
+            content = response.read()
+        with urllib.request.urlopen(remote + ".sha1", timeout=60) as response:
+            expected = response.read().decode().split()[0].strip()
+    except OSError as exc:
+        raise MetastoreError(f"could not fetch the PostgreSQL JDBC driver {DRIVER_PACKAGE} from {remote} ({exc}); "
+                             f"put the jar at {jar}") from None
+    if hashlib.sha1(content).hexdigest() != expected:
+        raise MetastoreError(f"the PostgreSQL JDBC driver fetched from {remote} does not match its SHA-1; "
+                             f"put the jar at {jar}")
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    partial = jar.with_name(f"{jar.name}.{os.getpid()}.part")
+    partial.write_bytes(content)
+    partial.replace(jar)
+    return jar
+
+
+def _ensure_tables(settings: Settings, where: MetastoreUrl, jar: Path) -> None:
+    """Create the metastore's tables with SchemaTool unless this home already did for this database; under a
+    lock in the home, so that processes starting together on one machine create them once."""
+    home = settings.home.resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha1(f"{where.host}:{where.port}/{where.database}".encode()).hexdigest()[:16]
+    marker = home / f"metastore-tables-{key}"
+    if marker.exists():
+        return
+    with open(home / "metastore-tables.lock", "a") as lock:
+        fcntl.lockf(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return
+        _run_schema_tool(where, jar)
+        marker.write_text(f"{where.shown}\n")
+
+
+def _run_schema_tool(where: MetastoreUrl, jar: Path) -> None:
+    """``SchemaTool -create`` of the Hive client's mapping against ``where``: creates the tables that are missing
+    and leaves the others (a second run changes nothing)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    from backfill_lib.adapters.jvm_archive import _java_binary
+
+    spark_jars = Path(_find_spark_home()) / "jars"
+    metastore_jars = sorted(spark_jars.glob("hive-metastore-*.jar"))
+    if not metastore_jars:
+        raise MetastoreError(f"no hive-metastore jar in {spark_jars}: this Spark has no Hive client for "
+                             "metastore_url")
+    with tempfile.TemporaryDirectory(prefix="backfill-metastore-") as folder:
+        mapping = Path(folder) / "package.jdo"
+        with zipfile.ZipFile(metastore_jars[-1]) as archive:
+            mapping.write_bytes(archive.read("package.jdo"))
+        properties = Path(folder) / "datanucleus.properties"
+        properties.write_text("\n".join([
+            f"datanucleus.ConnectionDriverName={DRIVER_CLASS}",
+            f"datanucleus.ConnectionURL={_with_timeouts(where.url)}",
+            # Hive's own defaults (HiveConf): the same names as the Hive client's
+            "datanucleus.identifierFactory=datanucleus1",
+            "datanucleus.rdbms.useLegacyNativeValueStrategy=true",
+            "datanucleus.storeManagerType=rdbms",
+            "javax.jdo.PersistenceManagerFactoryClass=org.datanucleus.api.jdo.JDOPersistenceManagerFactory",
+        ]) + "\n")
+        command = [_java_binary(), "-cp", os.pathsep.join([f"{spark_jars}/*", str(jar)]),
+                   "org.datanucleus.store.schema.SchemaTool", "-create", "-api", "JDO",
+                   "-props", str(properties), str(mapping)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=SCHEMA_TIMEOUT_SECONDS,
+                                  cwd=folder)
+        except subprocess.TimeoutExpired:
+            raise MetastoreError(f"metastore_url {where.shown}: creating the metastore's tables took over "
+                                 f"{SCHEMA_TIMEOUT_SECONDS} s") from None
+    output = (done.stdout + done.stderr).strip().splitlines()
+    if done.returncode != 0 or not any("completed successfully" in line for line in output):
+        last = next((line.strip() for line in reversed(output) if line.strip()), f"exit code {done.returncode}")
+        raise MetastoreError(f"metastore_url {where.shown}: creating the metastore's tables failed: {redacted(last)}")
