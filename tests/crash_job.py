@@ -16,6 +16,7 @@ Derby metastore); ``BACKFILL_CRASH_AT`` kills the process at a named point (see 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -46,7 +47,17 @@ def setup(spark, schema: str) -> None:
     for name, rows in tables:
         if not spark.catalog.tableExists(f"{schema}.{name}"):
             df = spark.createDataFrame(rows, EVENTS_SCHEMA)
-            df.write.format("delta").partitionBy("dt").saveAsTable(f"{schema}.{name}")
+            try:
+                df.write.format("delta").partitionBy("dt").saveAsTable(f"{schema}.{name}")
+            except Exception:
+                # processes sharing a metastore create the tables at once: the loser finds the winner's, whose
+                # catalog entry follows its first commit
+                for _ in range(20):
+                    if spark.catalog.tableExists(f"{schema}.{name}"):
+                        break
+                    time.sleep(0.5)
+                else:
+                    raise
 
 
 def run(argv: list[str]) -> int:

@@ -10,7 +10,8 @@ Both are off unless asked for, through the environment of the process that runs 
   (the target commit made, the ledger not yet told) and ``between_restores`` (a rollback or automatic restore
   made one table's RESTORE commit and is about to restore the next; ``between_restores:N`` stops only before
   the ``N``-th table, counted from 0). ``after_run_id`` is in ``backfill run``: the run ID was just printed.
-- ``BACKFILL_PAUSE_AT=POINT[:BATCH]`` instead creates the file named by ``BACKFILL_PAUSE_FILE`` there and
+- ``BACKFILL_PAUSE_AT=POINT[:BATCH]`` instead, the first time the process reaches it, creates the file named by
+  ``BACKFILL_PAUSE_FILE`` there and
   sleeps ``BACKFILL_PAUSE_SECONDS`` (default 10) before going on, or until the file is removed, so that a test
   can signal the process (or its whole process group) from outside at exactly that point, or act beside it.
 - ``BACKFILL_SIGNAL_AT=POINT[:BATCH]`` sends this process ``SIGTERM`` there instead, as an operator stopping the
@@ -41,6 +42,7 @@ CRASH_POINTS = ("before_stage", "after_stage", "after_validate", "before_publish
 
 _lock = threading.Lock()
 _conflicts_raised: dict[str, int] = {}
+_paused: list[str] = []
 
 
 def _at(env: str, name: str, batch: int | None) -> bool:
@@ -55,7 +57,8 @@ def crash_point(name: str, batch: int | None = None) -> None:
     """Kill this process (``SIGKILL``), send it ``SIGTERM`` or pause here, when ``BACKFILL_CRASH_AT``,
     ``BACKFILL_SIGNAL_AT`` or ``BACKFILL_PAUSE_AT`` names ``name`` (and ``batch``, if the setting gives one)."""
     assert name in CRASH_POINTS, name
-    if _at(PAUSE_ENV, name, batch):
+    if _at(PAUSE_ENV, name, batch) and not _paused:
+        _paused.append(name)  # once per process: a later command of the same process goes on at once
         marker = os.environ.get(PAUSE_FILE_ENV)
         if marker:
             with open(marker, "a") as f:

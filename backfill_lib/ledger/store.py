@@ -114,6 +114,60 @@ class Ledger(EventWriter):
         self._by_path[name] = by_path.LedgerTable(folder, self.table(name))
         return self._by_path[name]
 
+    def files_of(self, name: str) -> by_path.LedgerTable | None:
+        """Table ``name`` read through its files (:meth:`_local_files`) when it is a Delta table on this machine,
+        without creating anything (for read-only commands that do not call :meth:`ensure`); ``None`` otherwise."""
+        if name in self._by_path:
+            return self._by_path[name]
+        if not (self.through_files and by_path.available()):
+            return None
+        return self._local_files(name, catalog_folder(self.spark, self.table(name)))
+
+    def statuses(self, run_ids) -> dict[str, str]:
+        """The latest status of each of ``run_ids`` that the ledger has (read only for those runs: a filtered read,
+        not a fold of every run)."""
+        wanted = sorted({r for r in run_ids if r})
+        if not wanted:
+            return {}
+        self.flush()
+        files = self.files_of("runs")
+        if files is not None:
+            import pyarrow.compute as pc
+
+            events = files.rows(["run_id", "seq", "status"], pc.field("run_id").isin(wanted))
+        else:
+            events = [r.asDict() for r in self.spark.table(self.table("runs"))
+                      .where(F.col("run_id").isin(wanted)).select("run_id", "seq", "status").collect()]
+        latest: dict[str, dict] = {}
+        for event in events:
+            if event["run_id"] not in latest or event["seq"] > latest[event["run_id"]]["seq"]:
+                latest[event["run_id"]] = event
+        return {run_id: event["status"] for run_id, event in latest.items()}
+
+    def request_events(self, request_name: str) -> list[dict]:
+        """Per run of request ``request_name``: its latest event's ``run_id``, ``status``, ``seq``,
+        ``target_table`` and ``published_version``, its latest non-null ``plan_json`` and its first ``seq``
+        (``planned_seq``); ``[]`` when the ``runs`` table does not exist (nothing is created). Read through the
+        table's files where they are local (one filtered read), else through Spark."""
+        columns = ["run_id", "seq", "status", "target_table", "published_version", "plan_json"]
+        self.flush()
+        files = self.files_of("runs")
+        if files is not None:
+            import pyarrow.compute as pc
+
+            from backfill_lib.ledger.files import LedgerFiles
+
+            events = files.rows(columns, pc.field("request_name") == request_name)
+            first: dict[str, int] = {}
+            for event in events:
+                first[event["run_id"]] = min(event["seq"], first.get(event["run_id"], event["seq"]))
+            return [{**run, "planned_seq": first[run["run_id"]]} for run in LedgerFiles.fold_runs(events)]
+        name = self.table("runs")
+        if not self.spark.catalog.tableExists(name):
+            return []
+        runs = self.spark.table(name).where(F.col("request_name") == request_name).select(*columns)
+        return [r.asDict() for r in self._fold_runs(runs, planned_seq=F.min("seq")).collect()]
+
     def record_run(self, run: Mapping, status: str, **changes) -> RunRecord:
         """Append a run event: the previous run record (a :class:`~backfill_lib.ledger.schema.RunRecord`, or a
         ledger read's mapping) with ``changes`` and the new ``status``; return the new record.

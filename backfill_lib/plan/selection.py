@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from backfill_lib.core.errors import RequestError, first_line
 from backfill_lib.core.selection import OnlyMode, RunFacts, Selection, holding_run, select
@@ -49,14 +48,8 @@ def request_runs(spark: SparkSession, ledger: Ledger, request_name: str, table: 
     ``[]`` when the ledger has no ``runs`` table yet (nothing is created: ``backfill plan`` writes nothing)."""
     import json
 
-    name = ledger.table("runs")
-    if not spark.catalog.tableExists(name):
-        return []
-    ledger.flush()
-    runs = spark.table(name).where(F.col("request_name") == request_name)
-    folded = ledger._fold_runs(runs, planned_seq=F.min("seq")).collect()
     key, out = same_table_key(table), []
-    for r in folded:
+    for r in ledger.request_events(request_name):
         if r["plan_json"] is None or same_table_key(r["target_table"] or "") != key:
             continue
         summary = json.loads(r["plan_json"])

@@ -50,7 +50,7 @@ def backfill_versions(spark: SparkSession, ledger: Ledger, table: str) -> list[B
                        F.unix_micros("timestamp").alias("us"), "operation", "userMetadata")
                .where(F.col("userMetadata").isNotNull()).orderBy(F.col("version").desc()).collect())
     ledger.ensure()
-    status = {r["run_id"]: r["status"] for r in ledger.runs().select("run_id", "status").collect()}
+    status = ledger.statuses(_run_ids(history))
     out = []
     for row in history:
         try:
@@ -67,3 +67,16 @@ def backfill_versions(spark: SparkSession, ledger: Ledger, table: str) -> list[B
             datetime.fromtimestamp(row["us"] / 1_000_000, timezone.utc) if row["us"] is not None else None,
         ))
     return out
+
+
+def _run_ids(history) -> set[str]:
+    """The run IDs the ``userMetadata`` of ``history``'s rows name (``run_id``; JSON objects only)."""
+    found = set()
+    for row in history:
+        try:
+            meta = json.loads(row["userMetadata"])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(meta, dict) and isinstance(meta.get("run_id"), str):
+            found.add(meta["run_id"])
+    return found
