@@ -7,7 +7,7 @@ From the project root::
 One local session (``local[2]``, a fresh home) creates the test suite's events table and runs one real recompute
 (``tests/fixtures.py``), so that the ledger's tables and one real plan exist. The script then copies that run's
 events into generated runs (new run IDs, 100 days each, ``--partitions`` partition events each, a tenth of them
-on the events table and the rest on nine other names, all final) until the ledger holds each of ``--sizes`` runs,
+of the real run's request on the events table and the rest of nine other requests and tables, all final) until the ledger holds each of ``--sizes`` runs,
 appending with delta-rs, one commit per 500 runs. At each size it prints the seconds of what a user waits for:
 
 - ``lease``: the lease check a run makes before staging (``Ledger.leases`` of the events table, by path);
@@ -119,6 +119,8 @@ def _generated(name: str, rows: list[dict], n: int, partitions: int) -> list[dic
     if name == "runs":
         for r in base:
             r["target_table"] = target
+            if n % 10:
+                r["request_name"] = f"other_{n % 10}"
             r["staging_table"] = f"backfill_staging.scale__events__{run_id}"
             if r.get("plan_json"):
                 plan = json.loads(r["plan_json"])
