@@ -4,23 +4,24 @@ The embedded default's Derby metastore admits one process at a time. With ``meta
 reaches a PostgreSQL database through Spark's built-in Hive client instead, so several ``backfill`` processes
 share one catalog, as they would a cluster's Hive metastore. Before the JVM starts:
 
-1. the database must answer on its host and port within :data:`CONNECT_TIMEOUT_SECONDS` (rather than a start
-   that waits on a metastore that never answers);
+1. the database must accept the URL's login within :data:`CONNECT_TIMEOUT_SECONDS` (pg8000, no JVM: rather than
+   a start that waits on a metastore that never answers, or buries PostgreSQL's refusal in Java stack traces);
 2. the PostgreSQL JDBC driver (:data:`DRIVER_PACKAGE`) is fetched from Maven Central once, into the Ivy home's
    ``jars/`` folder, and put on the driver's class path (``spark.driver.extraClassPath``: DataNucleus does not
    find a driver added by ``spark.jars`` alone);
 3. the metastore's tables are created, all at once, by DataNucleus's own SchemaTool from the mapping the Hive
-   client ships (``package.jdo`` in Spark's ``hive-metastore`` jar), once per home and database. Creating them
+   client ships (``package.jdo`` in Spark's ``hive-metastore`` jar). Creating them
    lazily (``datanucleus.schema.autoCreateAll``) deadlocks on PostgreSQL: one connection adds a foreign key to
-   a table another holds in an open transaction. The session then runs with ``autoCreateAll`` off.
+   a table another holds in an open transaction. The session then runs with ``autoCreateAll`` off. Done when the
+   login finds no ``DBS`` table.
 """
 
 from __future__ import annotations
 
 import fcntl
+import getpass
 import hashlib
 import os
-import socket
 import subprocess
 import tempfile
 import urllib.request
@@ -66,30 +67,54 @@ def _with_timeouts(url: str) -> str:
 
 def prepare_metastore(settings: Settings, options: dict[str, str]) -> None:
     """Make ``settings.metastore_url`` usable by the session about to start with ``options`` (Spark options,
-    changed in place: the JDBC driver is put first on ``spark.driver.extraClassPath``): check that the database
-    answers, fetch the driver once, create the tables once.
+    changed in place: the JDBC driver is put first on ``spark.driver.extraClassPath``): log in to the database,
+    fetch the driver once, create the tables when the database has none.
 
     Raises
     ------
     MetastoreError
-        When the database does not answer within :data:`CONNECT_TIMEOUT_SECONDS`, the driver cannot be fetched,
-        or SchemaTool fails (its last line in the message); the URL is shown without its password.
+        When the database does not answer within :data:`CONNECT_TIMEOUT_SECONDS`, refuses the login (a wrong
+        password, user or database name: PostgreSQL's own message), the driver cannot be fetched, or SchemaTool
+        fails (its last line in the message); the URL is shown without its password.
     """
     where = parse_metastore_url(settings.metastore_url)
-    _check_answers(where)
+    has_tables = _log_in(where)
     jar = driver_jar(options)
     own = options.get(CLASS_PATH)
     options[CLASS_PATH] = os.pathsep.join([str(jar)] + ([own] if own else []))
-    _ensure_tables(settings, where, jar)
+    if not has_tables:
+        _create_tables(settings, where, jar)
 
 
-def _check_answers(where: MetastoreUrl) -> None:
+def _log_in(where: MetastoreUrl) -> bool:
+    """Log in to the database of ``where`` as its URL says (pg8000, no JVM) and tell whether it holds the
+    metastore's tables (Hive's ``DBS``)."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
     try:
-        with socket.create_connection((where.host, where.port), timeout=CONNECT_TIMEOUT_SECONDS):
-            pass
-    except OSError as exc:
-        raise MetastoreError(f"metastore_url {where.shown}: nothing answers at {where.host}:{where.port} "
-                             f"within {CONNECT_TIMEOUT_SECONDS} s ({exc.strerror or exc})") from None
+        import pg8000.native
+        from pg8000.exceptions import DatabaseError, InterfaceError
+    except ImportError:
+        raise MetastoreError("metastore_url needs the pg8000 package (the local extra: pip install "
+                             "'delta-backfill[local]')") from None
+    parts = urlsplit(where.url[len("jdbc:"):])
+    query = {k.lower(): v[-1] for k, v in parse_qs(parts.query).items()}
+    user = query.get("user") or (unquote(parts.username) if parts.username else None) or getpass.getuser()
+    password = query.get("password") or (unquote(parts.password) if parts.password else None)
+    try:
+        connection = pg8000.native.Connection(user, host=where.host, port=where.port, database=where.database,
+                                              password=password, timeout=CONNECT_TIMEOUT_SECONDS)
+    except DatabaseError as exc:
+        detail = exc.args[0] if exc.args else exc
+        message = detail.get("M", detail) if isinstance(detail, dict) else detail
+        raise MetastoreError(f"metastore_url {where.shown}: the database refused the login: {message}") from None
+    except (InterfaceError, OSError) as exc:
+        raise MetastoreError(f"metastore_url {where.shown}: no answer from {where.host}:{where.port} "
+                             f"(waited at most {CONNECT_TIMEOUT_SECONDS} s): {exc}") from None
+    try:
+        return bool(connection.run("""SELECT to_regclass('"DBS"') IS NOT NULL""")[0][0])
+    finally:
+        connection.close()
 
 
 def driver_jar(options: dict[str, str]) -> Path:
@@ -120,21 +145,15 @@ def driver_jar(options: dict[str, str]) -> Path:
     return jar
 
 
-def _ensure_tables(settings: Settings, where: MetastoreUrl, jar: Path) -> None:
-    """Create the metastore's tables with SchemaTool unless this home already did for this database; under a
-    lock in the home, so that processes starting together on one machine create them once."""
+def _create_tables(settings: Settings, where: MetastoreUrl, jar: Path) -> None:
+    """Create the metastore's tables with SchemaTool, under a lock in the home so that processes starting together
+    on one machine create them once (the later ones find them when they log in again)."""
     home = settings.home.resolve()
     home.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha1(f"{where.host}:{where.port}/{where.database}".encode()).hexdigest()[:16]
-    marker = home / f"metastore-tables-{key}"
-    if marker.exists():
-        return
     with open(home / "metastore-tables.lock", "a") as lock:
         fcntl.lockf(lock, fcntl.LOCK_EX)
-        if marker.exists():
-            return
-        _run_schema_tool(where, jar)
-        marker.write_text(f"{where.shown}\n")
+        if not _log_in(where):
+            _run_schema_tool(where, jar)
 
 
 def _run_schema_tool(where: MetastoreUrl, jar: Path) -> None:

@@ -206,6 +206,12 @@ def load_settings(path: str | Path | None = None) -> Settings:
     if HOME_ENV in os.environ:
         data = {**data, "home": os.environ[HOME_ENV]}
     if os.environ.get(METASTORE_ENV):
+        from backfill_lib.core.metastore_url import parse_metastore_url
+
+        try:
+            parse_metastore_url(os.environ[METASTORE_ENV])
+        except ValueError as exc:
+            raise ConfigError(f"{METASTORE_ENV}: {exc}") from None
         data = {**data, "metastore_url": os.environ[METASTORE_ENV]}
     if MASTER_ENV in os.environ:
         data = {**data, "spark": {**(data.get("spark") or {}), "master": os.environ[MASTER_ENV]}}

@@ -49,6 +49,14 @@ def test_a_bad_url_in_the_settings_file_is_a_config_error_naming_the_field_witho
     assert "s3cret" not in str(raised.value)
 
 
+def test_a_bad_url_in_the_environment_is_blamed_on_the_environment_not_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "settings.yml"
+    path.write_text("metastore_url: jdbc:postgresql://file/hive\n")
+    monkeypatch.setenv("BACKFILL_METASTORE_URL", "jdbc:mysql://env/hive")
+    with pytest.raises(ConfigError, match=r"^BACKFILL_METASTORE_URL: 'jdbc:mysql://env/hive' is not a PostgreSQL"):
+        load_settings(path)
+
+
 def test_the_environment_overrides_the_settings_file(tmp_path, monkeypatch):
     path = tmp_path / "settings.yml"
     path.write_text("metastore_url: jdbc:postgresql://file/hive\n")
@@ -78,7 +86,7 @@ def test_a_database_that_does_not_answer_is_refused_before_spark_starts(tmp_path
     settings = Settings(home=tmp_path, metastore_url=f"jdbc:postgresql://127.0.0.1:{port}/hive?password=s3cret")
     started = time.monotonic()
     with pytest.raises(MetastoreError, match=rf"^metastore_url jdbc:postgresql://127.0.0.1:{port}/hive\?password=\*\*\*: "
-                                             rf"nothing answers at 127.0.0.1:{port} within 10 s") as raised:
+                                             rf"no answer from 127.0.0.1:{port} \(waited at most 10 s\)") as raised:
         prepare_metastore(settings, {})
     assert time.monotonic() - started < 11
     assert MetastoreError.exit_code == 2 and "s3cret" not in str(raised.value)

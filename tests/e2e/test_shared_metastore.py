@@ -239,3 +239,15 @@ def test_a_run_killed_before_its_commit_resumes_beside_a_survivor_and_nothing_is
 def test_the_tables_are_in_the_shared_metastore(story):
     _, steps = story
     assert {"events", "events_src", "runs"} <= set(steps["metastore_tables"]), steps["metastore_tables"]
+
+
+def test_a_login_the_database_refuses_is_one_line_before_spark_starts(story, tmp_path):
+    from backfill_lib.adapters.metastore import prepare_metastore
+    from backfill_lib.core.errors import MetastoreError
+    from backfill_lib.core.settings import Settings
+
+    team, _ = story
+    wrong = team.url.replace("/hive?", "/nohive?")
+    with pytest.raises(MetastoreError, match=r'^metastore_url .*/nohive\?user=postgres&password=\*\*\*: the database '
+                                             r'refused the login: database "nohive" does not exist$'):
+        prepare_metastore(Settings(home=tmp_path, metastore_url=wrong), {})
