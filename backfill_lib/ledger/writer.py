@@ -233,6 +233,16 @@ class EventWriter:
         since = self._commits[name][mark[1]:now[1]]
         return now[0] - mark[0] == len(since) and all(runs <= {run_id} for runs in since)
 
+    def _runs_commits_after(self, mark: tuple[int, int]) -> list[tuple[int, str | None]]:
+        """``(version, userMetadata)`` of the ``runs`` table's commits after ``mark`` (:meth:`commit_mark`), oldest
+        first; through its files where local, else Spark. Raises the error of a failed read of its log."""
+        from backfill_lib.adapters.delta_log import user_metadata_since
+
+        files = self._by_path.get("runs")
+        commits = (files.user_metadata_since(mark[0] + 1) if files is not None
+                   else user_metadata_since(self.spark, self.table("runs"), mark[0] + 1))
+        return sorted(commits)
+
     def planned_commits(self, mark: tuple[int, int] | None) -> dict[str, int]:
         """The version of the ``runs`` table whose commit holds each run's ``planned`` event, for the plans
         committed after ``mark`` (:meth:`commit_mark`), read from the commits' ``userMetadata``
@@ -245,15 +255,10 @@ class EventWriter:
             The error of a failed read of the table's log (the caller's confirmation fails with it: one side of
             a race ordering by clock stamps while the other orders by commits could let both runs go on).
         """
-        from backfill_lib.adapters.delta_log import user_metadata_since
-
         if mark is None:
             return {}
         found: dict[str, int] = {}
-        files = self._by_path.get("runs")
-        commits = (files.user_metadata_since(mark[0] + 1) if files is not None
-                   else user_metadata_since(self.spark, self.table("runs"), mark[0] + 1))
-        for version, meta in sorted(commits):
+        for version, meta in self._runs_commits_after(mark):
             for run_id in tagged_runs(meta, PLANNED_KEY):
                 found.setdefault(run_id, version)
         return found
@@ -268,14 +273,9 @@ class EventWriter:
         Exception
             The error of a failed read of the table's log.
         """
-        from backfill_lib.adapters.delta_log import user_metadata_since
-
         if mark is None:
             return False
-        files = self._by_path.get("runs")
-        commits = (files.user_metadata_since(mark[0] + 1) if files is not None
-                   else user_metadata_since(self.spark, self.table("runs"), mark[0] + 1))
-        for _, meta in sorted(commits):
+        for _, meta in self._runs_commits_after(mark):
             if run_id in tagged_runs(meta, PLANNED_KEY):
                 writer = tag_writer(meta)
                 return writer is not None and writer != self.token

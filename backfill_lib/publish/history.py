@@ -50,15 +50,11 @@ def backfill_versions(spark: SparkSession, ledger: Ledger, table: str) -> list[B
                        F.unix_micros("timestamp").alias("us"), "operation", "userMetadata")
                .where(F.col("userMetadata").isNotNull()).orderBy(F.col("version").desc()).collect())
     ledger.ensure()
-    status = ledger.statuses(_run_ids(history))
+    tagged = [(row, meta) for row, meta in ((row, _meta(row["userMetadata"])) for row in history)
+              if isinstance(meta, dict) and "run_id" in meta]
+    status = ledger.statuses(meta["run_id"] for _, meta in tagged if isinstance(meta["run_id"], str))
     out = []
-    for row in history:
-        try:
-            meta = json.loads(row["userMetadata"])
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(meta, dict) or "run_id" not in meta:
-            continue
+    for row, meta in tagged:
         detail = ", ".join(f"{k} {meta[k]}" for k in ("mart_run_id", "rolled_back_by", "rollback_reason") if meta.get(k)) or None
         out.append(BackfillVersion(
             int(row["version"]), row["ts"], row["operation"], meta.get("action", ""), meta["run_id"],
@@ -69,14 +65,10 @@ def backfill_versions(spark: SparkSession, ledger: Ledger, table: str) -> list[B
     return out
 
 
-def _run_ids(history) -> set[str]:
-    """The run IDs the ``userMetadata`` of ``history``'s rows name (``run_id``; JSON objects only)."""
-    found = set()
-    for row in history:
-        try:
-            meta = json.loads(row["userMetadata"])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(meta, dict) and isinstance(meta.get("run_id"), str):
-            found.add(meta["run_id"])
-    return found
+
+def _meta(text: str):
+    """A commit's ``userMetadata`` parsed as JSON, ``None`` when it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
