@@ -220,7 +220,8 @@ def load_settings(path: str | Path | None = None) -> Settings:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{chosen}: field '{field}': {err['msg']}") from exc
+        # not chained: pydantic's text quotes the input, which may hold a password (metastore_url)
+        raise ConfigError(f"{chosen}: field '{field}': {err['msg']}") from None
 
 
 def enter_project_dir(folder: str | None) -> None:

@@ -27,7 +27,9 @@ def test_a_postgresql_url_gives_its_host_port_and_database(url, where):
     ("jdbc:mysql://db/hive", "is not a PostgreSQL JDBC URL"),
     ("jdbc:postgresql://db", "needs a host and a database name"),
     ("jdbc:postgresql://a:5432,b:5432/hive", "names several hosts"),
-    ("jdbc:postgresql://db:port/hive", "Port could not be cast"),
+    ("jdbc:postgresql://db:port/hive", "has no valid HOST"),
+    ("jdbc:postgresql://db:0/hive", "has no valid HOST"),
+    ("jdbc:postgresql://db/hive ", "has spaces around it"),
 ])
 def test_other_urls_are_refused_naming_what_is_wrong(url, says):
     with pytest.raises(ValueError, match=says):
@@ -38,6 +40,23 @@ def test_the_password_is_never_shown():
     assert redacted("jdbc:postgresql://db/hive?user=u&password=s3cret&ssl=true") == \
         "jdbc:postgresql://db/hive?user=u&password=***&ssl=true"
     assert redacted("jdbc:postgresql://u:s3cret@db/hive") == "jdbc:postgresql://u:***@db/hive"
+
+
+@pytest.mark.parametrize("url", [  # a fresh helper's: each showed part or all of the password
+    "jdbc:postgresql://u:p/SeCrEt@h/db",
+    "jdbc:postgresql://u:SeCr?Et@h/db",
+    "jdbc:postgresql://u:p@SeCrEt@h:5432/db",
+    "jdbc:postgresql://:SeCrEt@h/db",
+    "jdbc:postgresql://h/db?user=u&password=a;SeCrEt",
+    "jdbc:postgresql://h/db?user=u&sslpassword=SeCrEt",
+])
+def test_no_part_of_an_odd_password_is_shown_whether_the_url_parses_or_not(url):
+    assert "SeCr" not in redacted(url)
+    try:
+        shown = parse_metastore_url(url).shown
+    except ValueError as exc:
+        shown = str(exc)
+    assert "SeCr" not in shown and "***" in shown
 
 
 def test_a_bad_url_in_the_settings_file_is_a_config_error_naming_the_field_without_the_password(tmp_path, monkeypatch):
