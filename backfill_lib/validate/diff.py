@@ -33,6 +33,8 @@ from backfill_lib.intake.rules import DiffGate
 
 #: how many changed rows a partition's diff keeps as samples: the key hash's buckets, one row from each
 SAMPLE_BUCKETS = 4
+#: how many sample rows a diff reads in all, over every partition: as many as the run's report shows
+SAMPLE_ROWS = 20
 #: up to how many keys are broadcast to the scans that read their rows (a few bytes each)
 BROADCAST_KEYS = 2_000_000
 
@@ -50,7 +52,9 @@ class PartitionDiff:
     ``samples`` holds up to :data:`SAMPLE_BUCKETS` changed rows (inserted, deleted or updated keys), chosen
     deterministically by ``h``, the NULL-aware hash of the key and partition columns
     (:func:`~backfill_lib.adapters.checksums.key_hash`: ``(2, NULL)`` and ``(NULL, 2)`` hash apart): in each
-    bucket ``pmod(h, SAMPLE_BUCKETS)``, the row with the smallest ``h``; in ascending ``h``. Each is ``{"h": int,
+    bucket ``pmod(h, SAMPLE_BUCKETS)``, the row with the smallest ``h``, if it is among the :data:`SAMPLE_ROWS`
+    smallest of those rows over every partition of the diff (so a diff of many partitions reads only a few
+    partitions' rows whole, and the report, which shows that many, loses none); in ascending ``h``. Each is ``{"h": int,
     "change": "inserted" | "deleted" | "updated", "key": {column: text}, "before": {column: text} | None,
     "after": {column: text} | None}`` (``key`` holds the key and partition columns, ``before``/``after`` every
     value column, ``None`` on the side where the key is missing), each value the text of its JSON form in
@@ -179,7 +183,8 @@ def diff_by_key(
     # row of the other, as the docstring's counts say) and summed per partition as the pairs are made.
     counted = {r["partition"]: r.asDict()
                for r in _pairs(both, ks, vs).groupBy(part()).agg(*_pair_sums(types, outside)).collect()}
-    chosen = {(p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS) if r[f"x{b}"] is not None}
+    chosen = set(sorted(((p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS)
+                         if r[f"x{b}"] is not None), key=lambda c: c[1])[:SAMPLE_ROWS])
     added = sum(r["inserted"] for r in counted.values())
     # The inserted keys' callback and the sample read are independent jobs: at once, each mostly fixed latency.
     with ThreadPoolExecutor(1, thread_name_prefix="diff-inserted") as pool:
@@ -189,7 +194,8 @@ def diff_by_key(
             spark = both.sparkSession
             called = pool.submit(in_pool, spark, inserted, new.select(*[F.col(f"k{keys.index(k)}").alias(k)
                                                                         for k in asked]), added)
-        samples = _samples(_sample_rows(both, ks, vs, chosen), part(), chosen, keys, value_columns) if chosen else {}
+        samples = (_samples(_sample_rows(both, ks, vs, part(), chosen), part(), chosen, keys, value_columns)
+                   if chosen else {})
         if called is not None:
             called.result()
     numeric = [j for j, v in enumerate(vs) if _is_numeric(types[v])]
@@ -307,13 +313,18 @@ def _pair_sums(types: dict[str, DataType], outside: Sequence[str]) -> list[Colum
     return aggs
 
 
-def _sample_rows(both: DataFrame, ks: list[str], vs: list[str], chosen: set[tuple]) -> DataFrame:
+def _sample_rows(both: DataFrame, ks: list[str], vs: list[str], part: Column, chosen: set[tuple]) -> DataFrame:
     """The rows of both sides whose key is a sample's (``chosen``: ``(raw partition, key hash)``), each as its key
-    ``k0..``, ``s``, ``h`` (the key hash, as :func:`_per_key` makes it) and ``j``: the whole row's ``to_json``
-    text (NULL fields written). The key hashes filter both scans; being NULL-aware, they pick up no other key's
-    rows (but on a 64-bit collision)."""
+    ``k0..``, ``s``, ``h`` (the key hash, as :func:`_pairs` makes it) and ``j``: the whole row's ``to_json``
+    text (NULL fields written). The samples' partitions (``part``, of ``k0..``) and key hashes filter both
+    scans: only those partitions' files are read, and the NULL-aware hashes pick up no other key's rows (but on
+    a 64-bit collision)."""
     hashes = sorted({x for _, x in chosen})
-    rows = both.withColumn("h", key_hash(both, ks)).where(F.col("h").isin(hashes))
+    values = sorted({p for p, _ in chosen if p is not None}, key=repr)
+    inside = part.isin(values) if values else F.lit(False)
+    if any(p is None for p, _ in chosen):
+        inside = inside | part.isNull()
+    rows = both.where(inside).withColumn("h", key_hash(both, ks)).where(F.col("h").isin(hashes))
     return rows.select(*ks, "s", "h", F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}).alias("j"))
 
 

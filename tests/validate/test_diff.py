@@ -161,3 +161,25 @@ def test_wide_decimal_changes_sum_exactly_and_a_repeated_key_pairs_as_a_join(spa
     assert (d.inserted, d.deleted, d.updated, d.unchanged) == (0, 0, 3, 0)
     assert d.changed_columns == {"v": 3}
     assert d.abs_change == {"v": Decimal("1.00000000000000001")}
+
+
+def test_a_diff_of_many_partitions_reads_the_runs_twenty_smallest_samples(spark, monkeypatch):
+    import backfill_lib.validate.diff as diff
+
+    # 30 partitions, each with one updated key and one inserted key: 60 changed keys; in 6 partitions both fall
+    # in one bucket of the key hash, so 54 sample candidates
+    days = [date(2024, 1, d) for d in range(1, 31)]
+    current = spark.createDataFrame([(k, d, 1) for d in days for k in (1, 2)], ROWS)
+    staged = spark.createDataFrame([(k, d, 1 if k == 2 else 5) for d in days for k in (1, 2, 3)], ROWS)
+
+    kept = diff_by_key(staged, current, ["id"], "dt", ["v"])
+    monkeypatch.setattr(diff, "SAMPLE_ROWS", 1000)
+    every = diff_by_key(staged, current, ["id"], "dt", ["v"])
+
+    assert sum(len(d.samples) for d in every.values()) == 54
+    smallest = sorted((x["h"], p, x["change"], x["after"]["v"]) for p, d in every.items() for x in d.samples)[:20]
+    got = sorted((x["h"], p, x["change"], x["after"]["v"]) for p, d in kept.items() for x in d.samples)
+    assert got == smallest  # the same rows, read whole from the few partitions that hold them
+    assert {c for _, _, c, _ in got} == {"updated", "inserted"}
+    assert kept == every  # counts and columns are the same; only the samples (left out of equality) differ
+    assert kept["2024-01-07"].updated == 1 and kept["2024-01-07"].inserted == 1
