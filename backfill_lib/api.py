@@ -255,12 +255,34 @@ def _report_ledger(settings: Settings, spark, run_id: str):
     return ledger
 
 
+def _report_reader(settings: Settings, spark):
+    """Where ``report`` reads: ``(None, files)``, the ledger's files and no session, when another live process
+    holds the embedded default's home (a run watched from a second terminal: its Derby metastore admits one
+    process); else ``(session, None)`` (``spark``: a session, or a function that makes one)."""
+    if spark is None or callable(spark):
+        from backfill_lib.ledger.files import ledger_files
+
+        files = ledger_files(settings)
+        from backfill_lib.adapters.session import has_session, refuse_a_home_in_use
+
+        if files is not None and not has_session():  # this process's own session holds the home: use it
+            from backfill_lib.core.errors import HomeInUseError
+
+            try:
+                refuse_a_home_in_use(settings)
+            except HomeInUseError:
+                return None, files
+    return session(settings, spark), None
+
+
 def write_report(run_id: str, *, settings: Settings | None = None, spark=None) -> tuple[Path, Path]:
     """``backfill report``: write the run's HTML report and Markdown summary; return their paths."""
     from backfill_lib.report.run_report import write_run_report
 
     settings = settings or load_settings()
-    spark = session(settings, spark)
+    spark, files = _report_reader(settings, spark)
+    if files is not None:
+        return write_run_report(None, settings, run_id, files=files)
     _report_ledger(settings, spark, run_id)
     return write_run_report(spark, settings, run_id)
 
@@ -271,9 +293,9 @@ def report_document(run_id: str, *, settings: Settings | None = None, spark=None
     from backfill_lib.report.run_report import ledger_outcome, report_document as document, write_run_report
 
     settings = settings or load_settings()
-    spark = session(settings, spark)
-    outcome = ledger_outcome(_report_ledger(settings, spark, run_id), run_id)
-    write_run_report(spark, settings, run_id, outcome)
+    spark, files = _report_reader(settings, spark)
+    outcome = ledger_outcome(files if files is not None else _report_ledger(settings, spark, run_id), run_id)
+    write_run_report(spark, settings, run_id, outcome, files)
     return document(settings, run_id, outcome)
 
 

@@ -334,7 +334,7 @@ def status(run_id: Annotated[Optional[str], typer.Argument(help="A run ID; witho
 def report(run_id: Annotated[str, typer.Argument(help="The run ID.")], json_: JsonOption = False) -> None:
     """Write the run's HTML report and Markdown summary (under the local folder's runs/RUN_ID/)."""
     settings = _settings()
-    spark = _spark(settings)
+    spark = functools.partial(_spark, settings)  # on the embedded default beside a running run: the ledger's files
     if json_:
         _State.document = api.report_document(run_id, settings=settings, spark=spark)
         return

@@ -30,6 +30,11 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
+def has_session() -> bool:
+    """Whether this process already has a Spark session (:func:`get_spark` would use it)."""
+    return SparkSession.getActiveSession() is not None
+
+
 def launched_by_spark_submit() -> bool:
     """Whether this process runs under ``spark-submit`` (or a platform's driver), whose JVM came first: it hands
     Python the gateway port in ``PYSPARK_GATEWAY_PORT``, which pyspark itself reads."""

@@ -143,3 +143,36 @@ class LedgerFiles:
                 if (self.warehouse / f"{schema}.db" / table / "_delta_log").is_dir():
                     kept.add(name)
         return kept
+
+    def find_run(self, run_id: str) -> dict | None:
+        """The latest record of ``run_id``, or ``None`` when the ledger has none."""
+        try:
+            return self.run(run_id)
+        except RunNotFoundError:
+            return None
+
+    def partition_rows(self, run_id: str) -> dict[str, int | None]:
+        """Rows by partition key of every partition of ``run_id`` (its latest event that had rows)."""
+        return {p["partition"]: p["rows"] for p in self.partitions(run_id)}
+
+    def checks(self, run_id: str) -> list[dict]:
+        """The checks of ``run_id``'s latest validation, in the order written (the fold of
+        :meth:`~backfill_lib.ledger.store.Ledger.checks`)."""
+        since = max((e["seq"] for e in self._rows("runs", run_id, ["run_id", "seq", "status"])
+                     if e["status"] == "validating"), default=0)
+        return sorted((c for c in self._rows("checks", run_id) if c["seq"] > since), key=lambda c: c["seq"])
+
+    def recorded_checks(self, run_id: str) -> tuple:
+        """:meth:`checks` as :class:`~backfill_lib.core.checks.Check` objects, in the order written."""
+        from backfill_lib.core.checks import Check
+
+        return tuple(Check(c["kind"], c["name"], c["success"], c["partition"], c["batch"], c["observed"],
+                           c["expected"], c["message"]) for c in self.checks(run_id))
+
+    def diffs(self, run_id: str) -> list[dict]:
+        """The latest diff of every partition of ``run_id``, ordered by partition."""
+        latest: dict[str, dict] = {}
+        for d in self._rows("diffs", run_id):
+            if d["partition"] not in latest or d["seq"] > latest[d["partition"]]["seq"]:
+                latest[d["partition"]] = d
+        return [latest[p] for p in sorted(latest)]

@@ -43,6 +43,7 @@ from backfill_lib.report.render import (
 )
 from backfill_lib.run.cleanup import staging_exists
 from backfill_lib.ledger import Ledger
+from backfill_lib.ledger.files import LedgerFiles
 from backfill_lib.run.staging import pinned
 from backfill_lib.run.staging import staged_rows as read_staged_rows
 from backfill_lib.plan.kinds import kind_for
@@ -59,7 +60,7 @@ def _is_row_count(metric: str) -> bool:
     return "".join(metric.split()).lower() in ("count(*)", "count(1)")
 
 
-def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
+def metric_points(spark: SparkSession | None, run: dict, plan: dict, metric: str,
                   staged_rows: dict[str, int | None] | None = None,
                   staging_there: bool | None = None, diffs: dict[str, dict] | None = None) -> tuple[MetricPoint, ...]:
     """``metric`` per partition over the same rows before and after: every row of the partition, on the target
@@ -70,7 +71,9 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
     A row count (``count(*)``) is not recomputed when both sides are known: before from the plan's Delta-log
     rows, after from ``staged_rows`` (the ledger's staged rows per partition, counted in the staging
     table when each batch was written) and ``diffs`` (the ledger's diff rows by partition), as
-    :meth:`~backfill_lib.plan.kinds.StrategyKind.rows_after` counts them. Otherwise both tables are scanned.
+    :meth:`~backfill_lib.plan.kinds.StrategyKind.rows_after` counts them. Otherwise both tables are scanned, except
+    without a session (``spark`` ``None``: the report read from the ledger's files beside a running run), where
+    only the row counts known so far are given and every other value is ``None``.
     """
     planned = plan_from_summary(plan)
     before_rows = plan.get("current_rows") or {}
@@ -79,8 +82,10 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
     if _is_row_count(metric) and keys and staged_rows is not None:
         after_rows = {k: kind.rows_after(planned, before_rows.get(k), staged_rows.get(k), (diffs or {}).get(k))
                       for k in keys}
-        if all(before_rows.get(k) is not None and after_rows[k] is not None for k in keys):
-            return tuple(MetricPoint(k, before_rows[k], after_rows[k]) for k in sorted(keys, key=key_order))
+        if spark is None or all(before_rows.get(k) is not None and after_rows[k] is not None for k in keys):
+            return tuple(MetricPoint(k, before_rows.get(k), after_rows[k]) for k in sorted(keys, key=key_order))
+    if spark is None:
+        return tuple(MetricPoint(k, None, None) for k in sorted(keys, key=key_order))
     # in the run's zone, as the run computed everything else (``report_metric`` may use one, e.g. hour(ts))
     with session_time_zone(spark, planned.session_time_zone, f"run {run['run_id']}"):
         before_df = spark.read.option("versionAsOf", run["target_version_seen"]).table(run["target_table"])
@@ -96,6 +101,11 @@ def metric_points(spark: SparkSession, run: dict, plan: dict, metric: str,
             after_df = kind.as_published(planned, before_df, after_df)
         after = metric_per_partition(after_df, planned.partition_keys, metric) if after_df is not None else {}
     return tuple(MetricPoint(k, before.get(k), after.get(k)) for k in sorted(set(keys) | set(before) | set(after)))
+
+
+#: the report's line when it was read from the ledger's files, without a Spark session
+BESIDE_LINE = ("read from the ledger's files while another process holds the home (a run under way): row counts "
+               "as the ledger has them so far; other metrics and the tables are not read")
 
 
 def zone_line(plan: dict) -> str:
@@ -123,8 +133,9 @@ class RunOutcome:
     diffs: dict[str, dict]
 
 
-def ledger_outcome(ledger: Ledger, run_id: str) -> RunOutcome:
-    """A run's :class:`RunOutcome` read back from the ledger (``backfill report``, or a resumed run)."""
+def ledger_outcome(ledger: Ledger | LedgerFiles, run_id: str) -> RunOutcome:
+    """A run's :class:`RunOutcome` read back from the ledger, through Spark or from its files (``backfill
+    report``, or a resumed run)."""
     return RunOutcome(ledger.run(run_id), ledger.partition_rows(run_id), ledger.recorded_checks(run_id),
                       {d["partition"]: d for d in ledger.diffs(run_id)})
 
@@ -171,7 +182,8 @@ def sample_rows(diffs: dict[str, dict], limit: int = SAMPLE_LIMIT) -> tuple[Samp
 _mart_reports: dict[str, ReportData] = {}
 
 
-def mart_sections(spark: SparkSession, settings: Settings, run: dict, plan: dict) -> tuple[MartSection, ...]:
+def mart_sections(spark: SparkSession | None, settings: Settings, run: dict, plan: dict,
+                  files: LedgerFiles | None = None) -> tuple[MartSection, ...]:
     """One :class:`MartSection` per downstream mart of a top-level run (request order), with the report data of
     its child run ``RUN_ID__mN``: none for a run that never published (its marts cannot have run), else read from
     the ledger (or the data the child wrote its own report with in this process, while the ledger still holds the
@@ -182,7 +194,7 @@ def mart_sections(spark: SparkSession, settings: Settings, run: dict, plan: dict
     children = [(m["table"], f"{run['run_id']}__m{i}") for i, m in enumerate(marts)]
     if run.get("published_version") is None:
         return tuple(MartSection(table, child) for table, child in children)
-    ledger = Ledger(spark, settings.ledger_schema)
+    ledger = files if spark is None else Ledger(spark, settings.ledger_schema)
     out = []
     for table, child in children:
         record = ledger.find_run(child)
@@ -192,7 +204,7 @@ def mart_sections(spark: SparkSession, settings: Settings, run: dict, plan: dict
         known = _mart_reports.get(child)
         if (known is None or known.status != record["status"]
                 or known.published_version != record.get("published_version")):
-            known = build_report_data(spark, ledger_outcome(ledger, child))
+            known = build_report_data(spark, ledger_outcome(ledger, child), files=files)
         out.append(MartSection(table, child, known))
     return tuple(out)
 
@@ -205,9 +217,11 @@ def _schema_lines(plan: dict) -> tuple[str, ...]:
     return (f"schema changes: {changes_line(changes, plan['request'].get('schema_changes') == 'allow')}",)
 
 
-def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | None = None) -> ReportData:
+def build_report_data(spark: SparkSession | None, outcome: RunOutcome, docs: Path | None = None,
+                      files: LedgerFiles | None = None) -> ReportData:
     """Everything the report shows, from a run's outcome (see :func:`ledger_outcome`) and, for a metric other
-    than a known row count, the tables."""
+    than a known row count, the tables; without a session (``spark`` ``None``), from the ledger's ``files``
+    alone (see :func:`write_run_report`)."""
     run = outcome.run
     plan = json.loads(run["plan_json"])
     request = plan["request"]
@@ -216,8 +230,9 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
     rows = partition_rows(plan, partitions, diffs, checks)  # the same lines as the run's summary.json
     total = plan["current"]
     held = pinned(run["staging_table"])  # a pinned run's rows, while the run that pinned them reports
-    staging_there = held or staging_exists(spark, run["staging_table"])  # one catalog call for the line and the chart
-    staging_line = (f"staged rows pinned in the run's Spark session (no staging table; written once, by the publish)"
+    staging_there = held or (run["staging_table"] in files.staging_kept([run["staging_table"]]) if spark is None
+                             else staging_exists(spark, run["staging_table"]))  # one catalog call for the line and the chart
+    staging_line = ("staged rows pinned in the run's Spark session (no staging table; written once, by the publish)"
                     if plan.get("staging_mode") == "pinned" else
                     f"staging table {run['staging_table']} ("
                     f"{'kept' if staging_there else 'not there: never written, or dropped by cleanup'})")
@@ -230,7 +245,8 @@ def build_report_data(spark: SparkSession, outcome: RunOutcome, docs: Path | Non
         staging_line,
         zone_line(plan),
         f"sources read at (Delta version, pinned for the whole run): {_pins(plan.get('source_versions'))}",
-    ) + _schema_lines(plan) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ())
+    ) + _schema_lines(plan) + _change_feed_lines(run, plan, outcome) + ((f"message: {run['message']}",) if run.get("message") else ()) + (
+        (BESIDE_LINE,) if spark is None else ())
     return ReportData(
         run_id=run["run_id"],
         request_name=run["request_name"],
@@ -276,20 +292,24 @@ def report_dir(settings: Settings, run_id: str) -> Path:
     return settings.runs_dir / run_id
 
 
-def write_run_report(spark: SparkSession, settings: Settings, run_id: str,
-                     outcome: RunOutcome | None = None) -> tuple[Path, Path]:
+def write_run_report(spark: SparkSession | None, settings: Settings, run_id: str,
+                     outcome: RunOutcome | None = None, files: LedgerFiles | None = None) -> tuple[Path, Path]:
     """Write ``report.html``, ``report.md`` and ``summary.json`` (:func:`outcome_document`) for ``run_id`` from
-    ``outcome``, or from the ledger when it is ``None``; return the paths of the first two."""
-    outcome = outcome or ledger_outcome(Ledger(spark, settings.ledger_schema), run_id)
+    ``outcome``, or from the ledger when it is ``None``; return the paths of the first two.
+
+    With ``spark`` ``None`` everything is read from the ledger's ``files`` (the embedded default's home held by a
+    running run): no table is read, so a metric other than a row count known from the ledger is left out, and
+    the report says so."""
+    outcome = outcome or ledger_outcome(files if spark is None else Ledger(spark, settings.ledger_schema), run_id)
     folder = report_dir(settings, run_id)
     write_summary(folder, outcome_document(settings, outcome))
     docs = Path("data_docs/index.html") if (folder / "data_docs" / "index.html").exists() else None
-    data = build_report_data(spark, outcome, docs)
+    data = build_report_data(spark, outcome, docs, files)
     plan = json.loads(outcome.run["plan_json"])
     if plan.get("parent_run_id"):
         _mart_reports[run_id] = data
     else:
-        data = replace(data, marts=mart_sections(spark, settings, outcome.run, plan))
+        data = replace(data, marts=mart_sections(spark, settings, outcome.run, plan, files))
     return write_report(folder, data)
 
 

@@ -112,12 +112,18 @@ def story(tmp_path_factory):
     # prints each command's code): SIGTERM leaves the JVM running, so a fourth JVM start would test nothing more
     # while the SIGTERM's run is paused (its JVM holds the home's Derby metastore), a second terminal's status
     beside = []
+
+    def beside_the_run():  # status and report from a second terminal; the report's files as they were written then
+        beside.extend([_backfill(home, "status"), _backfill(home, "status", "term_me"),
+                       _backfill(home, "status", "--json"), _backfill(home, "report", "term_me")])
+        folder = home / "runs" / "term_me"
+        beside.extend([(folder / "report.html").read_text(), json.loads((folder / "summary.json").read_text()),
+                       _backfill(home, "report", run_id, "--json")])
+
     steps["rollback_again_term_and_resume"] = _run_job(
         home, "p3", [["status", run_id], rollback, rollback, [*rollback, "--force"],
                      ["run", str(term), "--run-id", "term_me"], ["resume", "term_me"], ["status", "term_me"]],
-        "after_stage:1", signal.SIGTERM,
-        while_paused=lambda: beside.extend([_backfill(home, "status"), _backfill(home, "status", "term_me"),
-                                            _backfill(home, "status", "--json")]))
+        "after_stage:1", signal.SIGTERM, while_paused=beside_the_run)
     steps["status_beside_the_run"] = beside
     return home, run_id, steps
 
@@ -169,7 +175,7 @@ def test_a_rollback_killed_between_restores_finishes_with_one_restore_per_table(
 
 def test_status_from_a_second_terminal_answers_while_a_run_holds_the_home(story):
     _, run_id, steps = story
-    listed, one, document = steps["status_beside_the_run"]
+    listed, one, document = steps["status_beside_the_run"][:3]
     assert (listed.returncode, one.returncode, document.returncode) == (0, 0, 0), listed.stderr + one.stderr
     # the run's events reach the ledger behind it, in bursts: planned at least (its ID is printed after that)
     assert re.search(r"term_me\s+│\s+(planned|staging)\s+│", listed.stdout), listed.stdout
@@ -197,3 +203,20 @@ def test_sigterm_to_the_process_group_cancels_and_resume_publishes(spark, story)
     history = _history(spark, path)
     assert [h["version"] for h in history] == [0, 1]  # created, then exactly one publish
     assert json.loads(history[1]["userMetadata"])["run_id"] == "term_me"
+
+
+def test_report_from_a_second_terminal_reads_the_ledgers_files_while_a_run_holds_the_home(story):
+    home, run_id, steps = story
+    running, html, summary, finished = steps["status_beside_the_run"][3:]
+    assert (running.returncode, finished.returncode) == (0, 0), running.stderr + finished.stderr
+    # the running run's report: what the ledger holds so far, and a line saying where it was read from
+    assert f"report: {home / 'runs' / 'term_me' / 'report.html'}" in running.stdout
+    assert "read from the ledger&#x27;s files while another process holds the home" in html
+    assert (summary["run_id"], summary["target_table"], summary["versions"]["published"]) == (
+        "term_me", f"{TERM}.events", None)
+    assert summary["status"] in ("planned", "staging")  # paused after its first batch staged
+    # the rolled-back run's, as --json: its checks and totals from the ledger's files
+    doc = json.loads(finished.stdout)
+    assert (doc["run_id"], doc["status"], doc["checks_failed"]) == (run_id, "rolled_back", 0)
+    assert doc["checks_total"] > 0
+    assert doc["report"]["html"] == str(home / "runs" / run_id / "report.html")

@@ -2,8 +2,8 @@
 
 The local default's embedded Derby metastore admits one process; a second JVM on the same home used to fail at its
 first catalog read after tens of thousands of lines of stack traces (probe s22). Here the test worker's own JVM
-holds the home, and a ``backfill report`` process is started on it (``backfill status`` reads the ledger's files
-without a JVM and answers beside it: tests/e2e/test_crash_safety.py)."""
+holds the home, and a ``backfill history`` process is started on it (``backfill status`` and ``report`` read the
+ledger's files without a JVM and answer beside it: tests/e2e/test_crash_safety.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_a_second_process_on_a_home_in_use_ends_with_one_line_naming_it(spark, s
     spark.sql("SHOW DATABASES").collect()  # this worker's JVM has the home's metastore booted
     env = {**os.environ, "BACKFILL_HOME": str(settings.home)}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "backfill_lib.cli", "report", "bf_none"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "backfill_lib.cli", "history", "db.t"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     took = time.monotonic() - started
     home = settings.home.resolve()
