@@ -189,7 +189,9 @@ class RunPartition(_Model):
     deleted: int | None
     updated: int | None
     unchanged: int | None
-    gate: Literal["passed", "failed"]
+    gate: Literal["passed", "failed", "not_validated"] = Field(
+        description="failed when a failed check names the partition; not_validated while the run has recorded no "
+                    "check (running, or stopped before validation)")
 
 
 class RunTotals(_Model):
@@ -261,7 +263,8 @@ def partition_rows(plan_json: dict, rows: dict[str, int | None], diffs: dict[str
     """The report's partition lines, in key order: rows before and rows after over the same scope, every row of
     the partition (before: the plan's Delta-log rows; after: as publishing leaves it, asked of the strategy,
     :meth:`~backfill_lib.plan.kinds.StrategyKind.rows_after`, from ``rows``, the staged rows, and the
-    diff), the diff counts and the gate (``failed`` when a failed check names the partition)."""
+    diff), the diff counts and the gate (``failed`` when a failed check names the partition, ``not_validated``
+    when ``checks`` is empty: the run has not validated)."""
     failed = {c.partition for c in checks if not c.success}
     before_rows = plan_json.get("current_rows", {})
     planned = plan_from_summary(plan_json)
@@ -271,7 +274,8 @@ def partition_rows(plan_json: dict, rows: dict[str, int | None], diffs: dict[str
         d = diffs.get(key, {})
         after = kind.rows_after(planned, before_rows.get(key), rows.get(key), diffs.get(key))
         out.append(PartitionRow(key, before_rows.get(key), after, d.get("inserted"), d.get("deleted"),
-                                d.get("updated"), d.get("unchanged"), "failed" if key in failed else "passed"))
+                                d.get("updated"), d.get("unchanged"),
+                                "failed" if key in failed else "passed" if checks else "not_validated"))
     return tuple(out)
 
 

@@ -552,8 +552,10 @@ def _below_html(data: ReportData, h: str) -> list[str]:
     """Below the first screen: the chart, the plan and the partition table."""
     parts = []
     if data.metric:
-        parts += [f"<{h}>{_e(data.metric_name)}: before and after by partition</{h}>",
-                  chart_html(data.metric_name, data.metric)]
+        parts.append(f"<{h}>{_e(data.metric_name)}: before and after by partition</{h}>")
+        known = any(p.before is not None or p.after is not None for p in data.metric)
+        parts.append(chart_html(data.metric_name, data.metric) if known else
+                     '<p class="muted">No value known on either side: the tables were not read (see the plan).</p>')
     return parts + [f"<{h}>Plan</{h}>", f"<pre>{_e(chr(10).join(data.plan_lines))}</pre>",
                     f"<{h}>Partitions</{h}>", _partitions_html(data)]
 

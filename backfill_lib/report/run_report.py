@@ -15,6 +15,7 @@ travel), after is the staged rows.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, replace
 from datetime import timezone
 from decimal import Decimal
@@ -104,8 +105,9 @@ def metric_points(spark: SparkSession | None, run: dict, plan: dict, metric: str
 
 
 #: the report's line when it was read from the ledger's files, without a Spark session
-BESIDE_LINE = ("read from the ledger's files while another process holds the home (a run under way): row counts "
-               "as the ledger has them so far; other metrics and the tables are not read")
+BESIDE_LINE = ("read from the ledger's files while another process held the home (no Spark session): status, checks "
+               "and row counts as the ledger had them (a running run's events reach it up to 30 s late); other "
+               "metrics and the tables were not read")
 
 
 def zone_line(plan: dict) -> str:
@@ -299,9 +301,12 @@ def write_run_report(spark: SparkSession | None, settings: Settings, run_id: str
 
     With ``spark`` ``None`` everything is read from the ledger's ``files`` (the embedded default's home held by a
     running run): no table is read, so a metric other than a row count known from the ledger is left out, and
-    the report says so."""
+    the report says so. A report the run itself wrote while these files were read is newer: it is kept."""
+    started = time.time()
     outcome = outcome or ledger_outcome(files if spark is None else Ledger(spark, settings.ledger_schema), run_id)
     folder = report_dir(settings, run_id)
+    if spark is None and _written_since(folder, started):
+        return folder / "report.html", folder / "report.md"
     write_summary(folder, outcome_document(settings, outcome))
     docs = Path("data_docs/index.html") if (folder / "data_docs" / "index.html").exists() else None
     data = build_report_data(spark, outcome, docs, files)
@@ -311,6 +316,14 @@ def write_run_report(spark: SparkSession | None, settings: Settings, run_id: str
     else:
         data = replace(data, marts=mart_sections(spark, settings, outcome.run, plan, files))
     return write_report(folder, data)
+
+
+def _written_since(folder: Path, started: float) -> bool:
+    """Whether a report in ``folder`` was written after ``started`` (seconds since the epoch)."""
+    try:
+        return (folder / "report.html").stat().st_mtime > started
+    except OSError:
+        return False
 
 
 def report_run(spark: SparkSession, settings: Settings, ledger: Ledger, console, run_id: str,

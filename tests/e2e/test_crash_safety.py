@@ -211,10 +211,11 @@ def test_report_from_a_second_terminal_reads_the_ledgers_files_while_a_run_holds
     assert (running.returncode, finished.returncode) == (0, 0), running.stderr + finished.stderr
     # the running run's report: what the ledger holds so far, and a line saying where it was read from
     assert f"report: {home / 'runs' / 'term_me' / 'report.html'}" in running.stdout
-    assert "read from the ledger&#x27;s files while another process holds the home" in html
+    assert "read from the ledger&#x27;s files while another process held the home (no Spark session)" in html
     assert (summary["run_id"], summary["target_table"], summary["versions"]["published"]) == (
         "term_me", f"{TERM}.events", None)
     assert summary["status"] in ("planned", "staging")  # paused after its first batch staged
+    assert summary["partitions"] and {p["gate"] for p in summary["partitions"]} == {"not_validated"}  # no check yet
     # the rolled-back run's, as --json: its checks and totals from the ledger's files
     doc = json.loads(finished.stdout)
     assert (doc["run_id"], doc["status"], doc["checks_failed"]) == (run_id, "rolled_back", 0)
