@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -374,6 +375,37 @@ def refuse_a_home_in_use(settings: Settings) -> None:
 #: The driver's Java options the embedded default always sets (before any of the settings')
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
+#: Delta conf: how many partitions (Spark tasks) rebuild a table version's file list from its log
+SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+#: Spark conf: at most how many tasks list a folder tree in parallel (``VACUUM``; a source of many partitions)
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+
+
+def local_threads(master: str) -> int | None:
+    """The task threads of a local ``master``: ``local`` 1, ``local[N]`` and ``local[N,F]`` N, ``local[*]`` the
+    machine's CPUs; ``None`` for any other master (``local-cluster[...]``, a cluster URL)."""
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
+    if m is None:
+        return None
+    if m.group(1) in (None, "*"):
+        return 1 if m.group(1) is None else (os.cpu_count() or 1)
+    return max(int(m.group(1)), 1)
+
+
+def sized_for_local(master: str) -> dict[str, str]:
+    """Delta and Spark defaults sized for a local master's few threads instead of a cluster's many.
+
+    Delta rebuilds a version's file list (``RESTORE``, ``VACUUM``, ``OPTIMIZE``, reading an older version) in 50
+    tasks, and ``VACUUM`` lists the table's folders in up to 10,000: on a local master, which runs a few at a
+    time, a ``RESTORE`` or ``VACUUM`` of a small table spent nearly all its time starting hundreds of tasks. One
+    task per thread does the same work. Empty for a master that is not local; the settings' own Spark options
+    override both.
+    """
+    threads = local_threads(master)
+    if threads is None:
+        return {}
+    return {SNAPSHOT_PARTITIONS: str(threads), LISTING_PARALLELISM: str(max(threads, 2))}
+
 
 def local_session_options(settings: Settings, short_lived: bool = False) -> dict[str, str]:
     """The Spark options the embedded default starts with, before Delta's jars and the class archive are added.
@@ -400,6 +432,7 @@ def local_session_options(settings: Settings, short_lived: bool = False) -> dict
         JAVA_OPTIONS: f"-Dderby.system.home={home} -Dlog4j.configurationFile={home / 'log4j2.properties'}",
         "spark.sql.catalogImplementation": "hive",  # what SparkSession.Builder.enableHiveSupport sets
     }
+    options.update(sized_for_local(settings.spark.master))
     if settings.metastore_url:
         from backfill_lib.adapters.metastore import metastore_options
 

@@ -17,7 +17,8 @@ from datetime import date
 from backfill_lib.adapters.delta_jars import cached_jars, jar_list_path, remember_jars
 from backfill_lib.adapters.jvm_archive import ARCHIVE_ENV, archive_dir, archive_options, archive_path, finish_archive
 from backfill_lib.adapters.jvm_output import INCUBATOR_WARNING, JvmStderr
-from backfill_lib.adapters.session import JAVA_OPTIONS, SHORT_LIVED_JVM_OPTIONS, local_session_options
+from backfill_lib.adapters.session import (JAVA_OPTIONS, LISTING_PARALLELISM, SHORT_LIVED_JVM_OPTIONS,
+                                          SNAPSHOT_PARTITIONS, local_session_options, sized_for_local)
 from backfill_lib.core.settings import Settings, SparkSettings
 from backfill_lib.core.table_names import path_table
 from tests.conftest import ROOT, write_request
@@ -48,6 +49,17 @@ def test_the_settings_java_options_come_after_the_products_own_not_instead(tmp_p
     assert short[JAVA_OPTIONS] == f"{own} -Dderby.storage.pageSize=8192  -Xss4m {SHORT_LIVED_JVM_OPTIONS}"
     assert short["spark.sql.adaptive.enabled"] == "false"
     assert local_session_options(Settings(home=tmp_path / "h"))[JAVA_OPTIONS] == own  # none in the settings
+
+def test_a_local_master_rebuilds_delta_snapshots_in_one_task_per_thread_unless_the_settings_say_otherwise(spark, tmp_path):
+    assert [sized_for_local(m).get(SNAPSHOT_PARTITIONS) for m in ("local", "local[2]", "local[3,4]", "local[*]")] \
+        == ["1", "2", "3", str(os.cpu_count())]
+    assert sized_for_local("local[1]")[LISTING_PARALLELISM] == "2"
+    assert sized_for_local("local-cluster[2,1,1024]") == sized_for_local("spark://h:7077") == {}
+    own = SparkSettings(master="local[2]", options={SNAPSHOT_PARTITIONS: "16"})
+    assert local_session_options(Settings(home=tmp_path / "h", spark=own))[SNAPSHOT_PARTITIONS] == "16"
+    # the test session is the embedded default on local[2]: a RESTORE of a small table is two tasks a stage
+    assert (spark.conf.get(SNAPSHOT_PARTITIONS), spark.conf.get(LISTING_PARALLELISM)) == ("2", "2")
+
 
 def _through_filter(tmp_path, lines: list[str], failed: bool = False) -> str:
     """What ``lines``, written by a child process to a :class:`JvmStderr`'s pipe, come out as."""
