@@ -45,7 +45,7 @@ from tests.fixtures import D8, D10, EVENTS_SCHEMA, FULL_EXPECTED, events_request
 
 ROLL, TERM = "cs_roll", "cs_term"  # the schemas: a target with a mart (rollback), a target alone (SIGTERM)
 #: how long a paused process waits while the test runs commands beside it (they must end well within it)
-LONG_PAUSE_SECONDS = 60
+LONG_PAUSE_SECONDS = 180
 
 
 def _backfill(home: Path, *args: str) -> subprocess.CompletedProcess:
