@@ -387,9 +387,8 @@ def local_threads(master: str) -> int | None:
     m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
     if m is None:
         return None
-    if m.group(1) in (None, "*"):
-        return 1 if m.group(1) is None else (os.cpu_count() or 1)
-    return max(int(m.group(1)), 1)
+    threads = m.group(1) or "1"
+    return (os.cpu_count() or 1) if threads == "*" else max(int(threads), 1)
 
 
 def sized_for_local(master: str) -> dict[str, str]:
@@ -414,7 +413,8 @@ def local_session_options(settings: Settings, short_lived: bool = False) -> dict
     Java options come after the product's own (Derby's system home and the log4j file under ``settings.home``; a
     ``-D`` given twice takes the last value), not instead of them, since without those Derby writes ``derby.log``
     into the working folder and the JVM prints Spark's INFO lines. With ``settings.metastore_url`` the catalog is
-    that PostgreSQL database (:func:`backfill_lib.adapters.metastore.metastore_options`) instead of Derby. ``short_lived`` appends
+    that PostgreSQL database (:func:`backfill_lib.adapters.metastore.metastore_options`) instead of Derby. A local
+    master also gets :func:`sized_for_local`. ``short_lived`` appends
     :data:`SHORT_LIVED_JVM_OPTIONS` after both and sets :data:`SHORT_LIVED_OPTIONS`. Pure: reads no file.
     """
     home = settings.home.resolve()

@@ -50,6 +50,7 @@ def test_the_settings_java_options_come_after_the_products_own_not_instead(tmp_p
     assert short["spark.sql.adaptive.enabled"] == "false"
     assert local_session_options(Settings(home=tmp_path / "h"))[JAVA_OPTIONS] == own  # none in the settings
 
+
 def test_a_local_master_rebuilds_delta_snapshots_in_one_task_per_thread_unless_the_settings_say_otherwise(spark, tmp_path):
     assert [sized_for_local(m).get(SNAPSHOT_PARTITIONS) for m in ("local", "local[2]", "local[3,4]", "local[*]")] \
         == ["1", "2", "3", str(os.cpu_count())]
