@@ -114,7 +114,9 @@ class SuiteRunner:
         context = gx.get_context(mode="ephemeral")
         # GX draws a tqdm bar per validation on stderr; the run reports its own progress.
         context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-        asset = context.data_sources.add_spark("backfill").add_dataframe_asset("staged")
+        # GX would persist each batch's DataFrame (and never unpersist it): a second in-memory copy of rows the
+        # Validate stage already holds (pinned, or cached for the audits), built on the first expectation's job.
+        asset = context.data_sources.add_spark("backfill", persist=False).add_dataframe_asset("staged")
         self.batch_definition = asset.add_batch_definition_whole_dataframe("batch")
         self.results_dir = results_dir
         self.result_format = {"result_format": "COMPLETE", "unexpected_index_column_names": list(self.partition_keys.columns)}
