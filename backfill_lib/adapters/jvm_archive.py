@@ -58,7 +58,8 @@ def _java_binary() -> str:
 def archive_path(folder: Path, options: dict[str, str]) -> Path:
     """The archive in ``folder`` for a JVM started with ``options`` (Spark options): named by a hash of the Java
     binary (path, size and time), the Spark installation (``SPARK_HOME`` or pyspark's) and the jars the options
-    add, so another Java, Spark or Delta gets its own archive."""
+    add (the driver's class path with each entry's modification time), so another Java, Spark or Delta, or a
+    class path jar rebuilt, gets its own archive."""
     import pyspark
 
     java = _java_binary()
@@ -66,10 +67,19 @@ def archive_path(folder: Path, options: dict[str, str]) -> Path:
         info = os.stat(java)
         java = f"{java}:{info.st_size}:{info.st_mtime_ns}"
     spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-    parts = [java, spark_home, pyspark.__version__, options.get("spark.jars", ""),
-             options.get("spark.driver.extraClassPath", "")]
+    class_path = [p for p in options.get("spark.driver.extraClassPath", "").split(os.pathsep) if p]
+    # the JVM checks each class path jar's time too: one rebuilt in place would fail every later check
+    class_path = [f"{p}:{_mtime_ns(p)}" for p in class_path]
+    parts = [java, spark_home, pyspark.__version__, options.get("spark.jars", ""), os.pathsep.join(class_path)]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return folder / f"classes-{key}.jsa"
+
+
+def _mtime_ns(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 def _own_and_private(path: Path) -> bool:

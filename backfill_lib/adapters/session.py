@@ -453,8 +453,8 @@ def build_local_session(settings: Settings, short_lived: bool = False) -> SparkS
     and sets :data:`SHORT_LIVED_OPTIONS`. Classes come from a class data sharing archive once one is written
     (:mod:`backfill_lib.adapters.jvm_archive`; a short-lived start writes it as its JVM exits).
 
-    Hadoop's local file system for ``file:`` paths sets modes and reads links without starting processes
-    (:mod:`backfill_lib.adapters.local_fs`). Delta's jars come from the Ivy cache once a start has resolved them (:mod:`backfill_lib.adapters.delta_jars`);
+    On a local master, Hadoop's local file system for ``file:`` paths sets modes and reads links without
+    starting processes (:mod:`backfill_lib.adapters.local_fs`). Delta's jars come from the Ivy cache once a start has resolved them (:mod:`backfill_lib.adapters.delta_jars`);
     a start that resolves prints one line saying so on stderr instead of Ivy's report. The JVM's stderr reaches
     ours without the launch's noise (:mod:`backfill_lib.adapters.jvm_output`).
     """
@@ -476,8 +476,9 @@ def build_local_session(settings: Settings, short_lived: bool = False) -> SparkS
         partial = log4j.with_name(f"{log4j.name}.{os.getpid()}.part")
         partial.write_text(LOG4J2_PROPERTIES)
         partial.replace(log4j)  # whole or not at all, for a JVM of another process reading it now
-    # before the class archive's options: its name follows the class path the jar joins
-    options.update(quiet_local_fs_options(options))
+    if local_threads(options["spark.master"]) is not None:  # executors elsewhere would not have the jar
+        # before the class archive's options: its name follows the class path the jar joins
+        options.update(quiet_local_fs_options(options))
     package = delta_package()
     jars = cached_jars(options, package)
     resolved_by_user = any(options.get(key) for key in RESOLUTION_OPTIONS)

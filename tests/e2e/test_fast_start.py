@@ -119,6 +119,12 @@ def test_the_first_short_start_writes_the_class_archive_and_later_starts_map_it(
     assert java_options == f"-Xlog:cds*=off -XX:ArchiveClassesAtExit={temporary}"
     assert (tmp_path / "jvm").stat().st_mode & 0o777 == 0o700
     assert archive_path(tmp_path / "jvm", {"spark.jars": "/x/delta-spark_4.1_2.13-4.5.0.jar"}) != target
+    jar = tmp_path / "local-fs.jar"
+    jar.write_bytes(b"jar")
+    on_class_path = {**options, "spark.driver.extraClassPath": f"/x/a.jar{os.pathsep}{jar}"}
+    built = archive_path(tmp_path / "jvm", on_class_path)
+    os.utime(jar, ns=(1, 1))  # rebuilt in place: the JVM would refuse the archive made with the old one
+    assert archive_path(tmp_path / "jvm", on_class_path) not in (built, target)
     # the JVM's part, played by a child that writes the file when its stdin closes
     writes = f"import sys, os; sys.stdin.read(); open({str(temporary)!r}, 'wb').write(b'jsa'); os.chmod({str(temporary)!r}, 0o444)"
     assert finish_archive(subprocess.Popen([sys.executable, "-c", writes], stdin=subprocess.PIPE), temporary) == target
