@@ -17,7 +17,8 @@ off (the measurements are in the commit that added it).
 The archive is keyed by the Java binary, the Spark installation and the session's extra jars
 (:func:`archive_path`); it lives in ``$BACKFILL_JVM_ARCHIVE`` (a folder; ``off`` turns the archive off), by default
 ``$XDG_CACHE_HOME/delta-backfill/jvm`` or ``~/.cache/delta-backfill/jvm``, a folder of this user only (mode 700);
-an archive another user owns or others may write is not mapped. About 200 MB for Spark 4.1 with Delta 4.4.
+an archive another user owns or others may write is not mapped. About 200 MB for Spark 4.1 with Delta 4.4; a start
+that writes one removes those no start has mapped for :data:`UNUSED_DAYS` days.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import hashlib
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 
 #: The folder of the archives, or ``off`` (also ``0``, ``false``, ``no``) for no archive.
@@ -36,6 +38,9 @@ ARCHIVE_ENV = "BACKFILL_JVM_ARCHIVE"
 QUIET_CDS = "-Xlog:cds*=off"
 #: seconds :func:`finish_at_exit` waits for the JVM to write the archive before leaving it unfinished
 DUMP_TIMEOUT_SECONDS = 300
+#: days after its last use (its modification time, set by every start that maps it) an archive is removed by
+#: the next start that writes one: each Java, Spark or virtual environment gets its own, about 200 MB
+UNUSED_DAYS = 14
 
 
 def archive_dir() -> Path | None:
@@ -104,6 +109,8 @@ def archive_options(options: dict[str, str], create: bool) -> tuple[str, Path | 
         return "", None
     target = archive_path(folder, options)
     if _own_and_private(target):
+        with contextlib.suppress(OSError):
+            os.utime(target)  # used now (see UNUSED_DAYS); the JVM checks the archive's header, not its times
         return f"{QUIET_CDS} -XX:SharedArchiveFile={target}", None
     if not create:
         return "", None
@@ -128,6 +135,7 @@ def finish_archive(proc, temporary: Path) -> Path | None:
             proc.stdin.close()  # the gateway exits on EOF; the JVM writes the archive as it exits
         if proc.wait(timeout=DUMP_TIMEOUT_SECONDS) == 0 and _own_and_private(temporary):
             os.replace(temporary, target)
+            prune_unused(target.parent)
             return target
     except Exception:  # a timeout, a file system error: no archive this time; the next short start tries again
         pass
@@ -135,6 +143,19 @@ def finish_archive(proc, temporary: Path) -> Path | None:
         with contextlib.suppress(OSError):
             temporary.unlink()
     return None
+
+
+def prune_unused(folder: Path, days: float = UNUSED_DAYS) -> list[Path]:
+    """Remove the archives (and archives left half-written) of ``folder`` that no start has used for ``days``
+    days; returns them."""
+    cutoff = time.time() - days * 86400
+    removed = []
+    for archive in [*folder.glob("classes-*.jsa"), *folder.glob("classes-*.jsa.*.tmp")]:
+        with contextlib.suppress(OSError):
+            if archive.stat().st_mtime < cutoff:
+                archive.unlink()
+                removed.append(archive)
+    return removed
 
 
 def finish_at_exit(proc, temporary: Path) -> None:

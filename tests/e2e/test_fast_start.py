@@ -127,9 +127,16 @@ def test_the_first_short_start_writes_the_class_archive_and_later_starts_map_it(
     assert archive_path(tmp_path / "jvm", on_class_path) not in (built, target)
     # the JVM's part, played by a child that writes the file when its stdin closes
     writes = f"import sys, os; sys.stdin.read(); open({str(temporary)!r}, 'wb').write(b'jsa'); os.chmod({str(temporary)!r}, 0o444)"
+    unused, recent = tmp_path / "jvm" / "classes-0000000000000000.jsa", tmp_path / "jvm" / "classes-1111111111111111.jsa"
+    for old, days in ((unused, 15), (recent, 13)):
+        old.write_bytes(b"jsa")
+        os.utime(old, (time.time() - days * 86400,) * 2)
     assert finish_archive(subprocess.Popen([sys.executable, "-c", writes], stdin=subprocess.PIPE), temporary) == target
+    assert not unused.exists() and recent.exists()  # the unused for 14 days go as a new archive comes
     assert not temporary.exists()
+    os.utime(target, (1, 1))
     assert archive_options(options, create=True) == (f"-Xlog:cds*=off -XX:SharedArchiveFile={target}", None)
+    assert target.stat().st_mtime > time.time() - 60  # mapped: used now
     target.chmod(0o664)  # others may write it: not mapped (an archive is code), written again
     assert archive_options(options, create=False) == ("", None)
     monkeypatch.setenv(ARCHIVE_ENV, "off")
