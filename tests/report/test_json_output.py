@@ -40,7 +40,8 @@ def test_the_schema_ships_in_the_wheel_as_package_data():
     import tomllib
 
     project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    assert project["tool"]["setuptools"]["package-data"]["backfill_lib"] == ["schemas/*.json"]
+    # beside the Java sources of the local file systems (backfill_lib/adapters/local_fs.py)
+    assert project["tool"]["setuptools"]["package-data"]["backfill_lib"] == ["schemas/*.json", "adapters/java/*.java"]
     assert SCHEMA_FILE.parent.name == "schemas" and SCHEMA_FILE.parent.parent.name == "backfill_lib"
 
 
