@@ -12,6 +12,9 @@ active one, else the embedded local default).
 from __future__ import annotations
 
 import io
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -85,6 +88,30 @@ class Backfills:
 
     def cancel(self) -> None:
         self.runner.cancel()
+
+    @contextmanager
+    def cancel_on_signals(self, run_id: str, say: Callable[[str], None]):
+        """While in this context, in the main thread: SIGINT (Ctrl-C) or SIGTERM asks for :meth:`cancel` (the
+        batches in flight finish, then the run stops, resumable) and ``say``s one line telling how to continue;
+        a second signal stops at once (``KeyboardInterrupt``). The previous handlers come back afterwards. In any
+        other thread it does nothing (Python delivers signals to the main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handle(signum, _frame):
+            if self.cancelled.is_set():
+                raise KeyboardInterrupt
+            self.cancel()
+            say(f"[{run_id}] {signal.Signals(signum).name}: finishing the batches in flight, then stopping "
+                f"(again to stop at once); continue later with: backfill resume {run_id}")
+
+        previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
 
     def prepare(self, request_path: str | Path, *, run_id: str | None = None, after: str | None = None,
                 only: str | None = None):

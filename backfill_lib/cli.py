@@ -16,11 +16,10 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import signal
 import sys
-import threading
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, nullcontext, redirect_stdout
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Optional
 
 import typer
@@ -121,29 +120,6 @@ def plan(
     console.print(explain(the_plan))
 
 
-@contextmanager
-def cancel_on_signals(runner, run_id: str):
-    """While running: SIGINT (Ctrl-C) or SIGTERM asks ``runner`` (:class:`~backfill_lib.api.Backfills`) to stop
-    between batches; a second signal stops at once (``KeyboardInterrupt``). Previous handlers come back afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handle(signum, _frame):
-        if runner.cancelled.is_set():
-            raise KeyboardInterrupt
-        runner.cancel()
-        err_console.print(f"[{run_id}] {signal.Signals(signum).name}: finishing the batches in flight, then stopping "
-                          f"(again to stop at once); continue later with: backfill resume {run_id}", highlight=False)
-
-    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
 def _check_until(until: str | None) -> None:
     if until not in (None, "validate"):
         raise typer.BadParameter(f"--until takes 'validate', got '{until}'")
@@ -190,7 +166,7 @@ def run(
         backfills = api.Backfills(settings, spark, console, approved_by=approve, concurrent=concurrent)
         the_plan, state = backfills.prepare(request, run_id=run_id, after=after, only=only)
     try:
-        with cancel_on_signals(backfills, the_plan.run_id):
+        with backfills.cancel_on_signals(the_plan.run_id, _say_stopping):
             result = backfills.execute(the_plan, state, until=until, on_durable=_announce_run_id)
     except GateFailedError as exc:
         text.print_failures(err_console, exc.failures)
@@ -201,21 +177,16 @@ def run(
     text.print_result(console, settings, result)
 
 
+def _say_stopping(line: str) -> None:
+    err_console.print(line, highlight=False)
+
+
 def _starting(text: str):
     """A spinner on stderr for a run's first minute (the JVM's start and the plan print nothing else); on a
     terminal only, so logs and ``--json`` output stay as they were. Use as a context manager; ``update`` it."""
-    return err_console.status(text, spinner="dots") if err_console.is_terminal else _Silent()
-
-
-class _Silent:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def update(self, *args, **kwargs) -> None:
-        return None
+    if err_console.is_terminal:
+        return err_console.status(text, spinner="dots")
+    return nullcontext(SimpleNamespace(update=lambda *args, **kwargs: None))
 
 
 def _announce_run_id(run_id: str) -> None:
@@ -241,7 +212,7 @@ def resume(
     with _starting(f"starting Spark ({settings.spark.master}) to resume {run_id}"):
         backfills = api.Backfills(settings, _spark(settings), console, approved_by=approve)
     try:
-        with cancel_on_signals(backfills, run_id):
+        with backfills.cancel_on_signals(run_id, _say_stopping):
             result = backfills.resume(run_id, until=until)
     except GateFailedError as exc:
         text.print_failures(err_console, exc.failures)

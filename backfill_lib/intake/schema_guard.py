@@ -53,7 +53,7 @@ class ColumnCast:
 
 
 def align(
-    source: tuple[Column, ...], target: tuple[Column, ...], where: str, keys: tuple[str, ...] = (),
+    source: tuple[Column, ...], target: tuple[Column, ...], at: str, keys: tuple[str, ...] = (),
     generated: Mapping[str, str] | None = None, case_sensitive: bool = True, identity: Collection[str] = (),
 ) -> tuple[ColumnCast, ...]:
     """Map the source's columns onto the target's: the target's columns in order, then new source columns.
@@ -64,7 +64,7 @@ def align(
         Column lists. Names are matched case-sensitively, or with ``case_sensitive`` false (the session's
         ``spark.sql.caseSensitive`` off, Spark's default) ignoring case, as Spark resolves them; a
         :class:`ColumnCast` always names the target's spelling (a new column the source's).
-    where:
+    at:
         Names the source in error messages (a SQL file path).
     keys:
         Key columns: one that is ``NOT NULL`` in the target must not be nullable in the source.
@@ -96,17 +96,17 @@ def align(
                     f"only when the source supplies them; select {col.name} in the source" if col.name in identity
                     else "")
             raise SchemaMismatchError(
-                f"{where}: target column {col.name} ({col.type.upper()}) is missing from the source{kept}"
+                f"{at}: target column {col.name} ({col.type.upper()}) is missing from the source{kept}"
             )
         if col.name in keys and not col.nullable and src.nullable:
-            raise SchemaMismatchError(f"{where}: key column {col.name} is nullable in the source but NOT NULL in the target")
+            raise SchemaMismatchError(f"{at}: key column {col.name} is nullable in the source but NOT NULL in the target")
         if src.type == col.type:
             out.append(ColumnCast(col.name, col.type, False))
         elif is_widening(src.type, col.type):
             out.append(ColumnCast(col.name, col.type, True))
         else:
             raise SchemaMismatchError(
-                f"{where}: column {col.name} is {src.type.upper()} in the source but {col.type.upper()} in the target"
+                f"{at}: column {col.name} is {src.type.upper()} in the source but {col.type.upper()} in the target"
             )
     out += [ColumnCast(c.name, c.type, False, new=True) for c in source if fold(c.name) not in target_names]
     return tuple(out)
@@ -209,7 +209,7 @@ def check_schema_changes(changes: tuple[SchemaChange, ...], allowed: bool, at: s
     Raises
     ------
     SchemaMismatchError
-        ``"{where}: a rebuild would change {table}'s schema: column v narrowed from INT to SMALLINT; ...; set
+        ``"{at}: a rebuild would change {table}'s schema: column v narrowed from INT to SMALLINT; ...; set
         schema_changes: allow in the request to make these changes"``, listing every change that needs it.
     """
     refused = [c for c in changes if c.needs_allow]

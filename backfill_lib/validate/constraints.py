@@ -55,8 +55,8 @@ def _generated_value(g: GeneratedColumn) -> Column:
 
 
 def constraint_checks(staged: DataFrame, constraints: Sequence[Constraint], keys: PartitionKeys,
-                      where: str, generated: Sequence[GeneratedColumn] = ()) -> list[Check]:
-    """One ``constraint`` check per constraint of ``constraints`` on ``staged`` (the staged rows of ``where``):
+                      at: str, generated: Sequence[GeneratedColumn] = ()) -> list[Check]:
+    """One ``constraint`` check per constraint of ``constraints`` on ``staged`` (the staged rows of ``at``, a table name for messages):
     passed when no row violates it; failed, it gives the violating rows and up to :data:`LISTED_PARTITIONS`
     partitions (plan keys) with their counts. A NOT NULL column ``staged`` lacks (a rebuild dropped it) is left
     out; a CHECK that does not analyse against ``staged`` fails, naming Spark's error.
@@ -79,7 +79,7 @@ def constraint_checks(staged: DataFrame, constraints: Sequence[Constraint], keys
         except PySparkException as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             checks.append(Check("constraint", c.label, False, None, None, "not evaluable", "0 rows",
-                                f"{where}: the constraint does not evaluate on the staged rows: {first}"))
+                                f"{at}: the constraint does not evaluate on the staged rows: {first}"))
             continue
         counted.append((c, violation))
     if not counted:
@@ -104,13 +104,13 @@ def constraint_checks(staged: DataFrame, constraints: Sequence[Constraint], keys
             ex = min((r[f"e{i}"] for r in rows if r[f"e{i}"] is not None), key=lambda e: (str(e["v"]), str(e["g"])))
             shown = lambda v: "NULL" if v is None else v  # noqa: E731
             checks.append(Check("constraint", c.label, False, None, None, f"{total} {unit}", "0 rows",
-                                f"{total} staged {unit} of {where} {'has' if total == 1 else 'have'} a value of "
+                                f"{total} staged {unit} of {at} {'has' if total == 1 else 'have'} a value of "
                                 f"{c.name} other than {c.expression} (Delta would refuse {them} at publish; "
                                 f"leave {c.name} out of the source to have it computed), e.g. {c.name} "
                                 f"{shown(ex['v'])} where {c.expression} is {shown(ex['g'])}, in partition "
                                 f"{listed}{more}"))
             continue
         checks.append(Check("constraint", c.label, False, None, None, f"{total} {unit}", "0 rows",
-                            f"{total} staged {unit} of {where} {verb} it (Delta would refuse {them} at publish), "
+                            f"{total} staged {unit} of {at} {verb} it (Delta would refuse {them} at publish), "
                             f"in partition {listed}{more}"))
     return checks

@@ -59,3 +59,26 @@ def test_run_backfill_after_a_run_of_another_table_waits_for_it_and_says_so(spar
     assert (result.status, result.plan.run_id) == ("published", down_id)
     assert f"[{up_id}] run {up_id} backfills {db}.upstream, not {db}.events: waiting orders this run after it (use " \
            f"it when this request reads {db}.upstream); it holds no range of {db}.events" in console.file.getvalue()
+
+
+def test_a_signal_asks_the_run_to_stop_between_batches_a_second_stops_at_once_and_the_handlers_come_back(
+        spark, settings):
+    import os
+    import signal
+
+    import pytest
+
+    from backfill_lib.api import Backfills
+
+    backfills = Backfills(settings, spark)
+    said: list[str] = []
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        with backfills.cancel_on_signals("r1", said.append):
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert backfills.cancelled.is_set()
+            assert said == ["[r1] SIGTERM: finishing the batches in flight, then stopping (again to stop at once); "
+                            "continue later with: backfill resume r1"]
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert len(said) == 1
