@@ -374,6 +374,8 @@ def refuse_a_home_in_use(settings: Settings) -> None:
 
 #: The driver's Java options the embedded default always sets (before any of the settings')
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
+CODEGEN_CACHE_ENTRIES = "1000"
 
 #: Delta conf: how many partitions (Spark tasks) rebuild a table version's file list from its log
 SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
@@ -413,8 +415,9 @@ def local_session_options(settings: Settings, short_lived: bool = False) -> dict
     Java options come after the product's own (Derby's system home and the log4j file under ``settings.home``; a
     ``-D`` given twice takes the last value), not instead of them, since without those Derby writes ``derby.log``
     into the working folder and the JVM prints Spark's INFO lines. With ``settings.metastore_url`` the catalog is
-    that PostgreSQL database (:func:`backfill_lib.adapters.metastore.metastore_options`) instead of Derby. A local
-    master also gets :func:`sized_for_local`. ``short_lived`` appends
+    that PostgreSQL database (:func:`backfill_lib.adapters.metastore.metastore_options`) instead of Derby. Spark
+    keeps up to :data:`CODEGEN_CACHE_ENTRIES` generated classes, so a session's later runs reuse the classes of
+    its earlier ones. A local master also gets :func:`sized_for_local`. ``short_lived`` appends
     :data:`SHORT_LIVED_JVM_OPTIONS` after both and sets :data:`SHORT_LIVED_OPTIONS`. Pure: reads no file.
     """
     home = settings.home.resolve()
@@ -431,6 +434,9 @@ def local_session_options(settings: Settings, short_lived: bool = False) -> dict
         # Derby writes derby.log into its system home; keep it inside the project folder, not the cwd.
         JAVA_OPTIONS: f"-Dderby.system.home={home} -Dlog4j.configurationFile={home / 'log4j2.properties'}",
         "spark.sql.catalogImplementation": "hive",  # what SparkSession.Builder.enableHiveSupport sets
+        # One run compiles well over Spark's default of 100 generated classes: with the default, a session's next
+        # run finds none of them cached and compiles them all again.
+        CODEGEN_CACHE: CODEGEN_CACHE_ENTRIES,
     }
     options.update(sized_for_local(settings.spark.master))
     if settings.metastore_url:

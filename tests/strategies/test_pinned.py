@@ -7,7 +7,7 @@ from chispa import assert_df_equality
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.ledger import Ledger
 from backfill_lib.runner import prepare
-from tests.conftest import quiet_runner
+from tests.conftest import INTERPRETED, quiet_runner
 from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, TARGET_ROWS, events_request, make_events
 
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100), (6, D10, 600), (7, D10, 700), (8, D10, 800), (9, D10, 900)]
@@ -62,3 +62,29 @@ def test_until_validate_keeps_a_durable_staging_table_though_pinned_was_asked(sp
     assert spark.catalog.tableExists(plan.staging_table)
     stored = json.loads(Ledger(spark, settings.ledger_schema).find_run(plan.run_id)["plan_json"])
     assert stored["staging_mode"] == "durable"
+
+
+def test_a_sessions_second_run_of_the_same_shape_compiles_next_to_no_new_classes(spark, settings, db, tmp_path):
+    """One run compiles well over Spark's default of 100 generated classes; the session keeps 1,000, so a later
+    run of the same request on other tables finds its classes cached instead of compiling them all again. (The
+    test session runs interpreted, see ``tests/conftest.py``; this test compiles as the product does.)"""
+    compiles = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    other = f"{db}_again"
+    spark.sql(f"CREATE SCHEMA {other}")
+    for key in INTERPRETED:
+        spark.conf.unset(key)
+    try:
+        counts = []
+        for schema in (db, other):
+            make_events(spark, schema, SOURCE)
+            before = compiles.getCount()
+            plan, state = prepare(spark, settings, events_request(tmp_path, schema, start=D9, end=D10,
+                                                                  staging="pinned"))
+            assert quiet_runner(spark, settings).run(plan, state).status == "published"
+            counts.append(compiles.getCount() - before)
+    finally:
+        for key, value in INTERPRETED.items():
+            spark.conf.set(key, value)
+        spark.sql(f"DROP SCHEMA IF EXISTS {other} CASCADE")
+    assert counts[0] > 100 and counts[1] <= 3, counts
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "1000"
