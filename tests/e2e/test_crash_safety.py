@@ -11,8 +11,9 @@ Three processes (``tests/crash_job.py``, one Spark start each) share one folder 
    the cancelled run and its ``status``, as an operator would start them after the stop.
 
 Each process pauses at a named point (``BACKFILL_PAUSE_AT``, :mod:`backfill_lib.core.faults`) and the test signals
-its whole process group (``os.killpg``) from outside. The tables and the ledger are read by path from the test
-session (the processes' Derby metastore admits one JVM).
+its whole process group (``os.killpg``) from outside. The story runs twice: on the embedded default's Derby
+metastore, and on a shared one (PostgreSQL on loopback, ``metastore_url``, as in ``test_shared_metastore.py``).
+The tables and the ledger are read by path from the test session (Derby admits one JVM).
 """
 
 from __future__ import annotations
@@ -39,31 +40,41 @@ from backfill_lib.core.faults import (
     PAUSE_SECONDS_ENV,
     SIGNAL_ENV,
 )
+from backfill_lib.core.settings import METASTORE_ENV
 from tests.conftest import ROOT
 from tests.e2e.test_crash_points import _wait_for_jvm_exit
 from tests.fixtures import D8, D10, EVENTS_SCHEMA, FULL_EXPECTED, events_request, with_mart
+from tests.pg_server import postgres_server
 
 ROLL, TERM = "cs_roll", "cs_term"  # the schemas: a target with a mart (rollback), a target alone (SIGTERM)
-#: how long a paused process waits while the test runs commands beside it (they must end well within it)
-LONG_PAUSE_SECONDS = 180
+#: how long a paused process waits at most while the test runs commands beside it (they must end well within it;
+#: on a shared metastore each of the five starts a JVM)
+LONG_PAUSE_SECONDS = 420
 
 
-def _backfill(home: Path, *args: str) -> subprocess.CompletedProcess:
+def _env(home: Path, url: str | None) -> dict[str, str]:
+    """The environment of a process on ``home`` and, with ``url``, the shared metastore at that JDBC URL."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (CRASH_ENV, SIGNAL_ENV, CONFLICT_ENV, MONITOR_ENV, METASTORE_ENV)}
+    env.update(BACKFILL_HOME=str(home), BACKFILL_SPARK_MASTER="local[2]", **({METASTORE_ENV: url} if url else {}))
+    return env
+
+
+def _backfill(home: Path, *args: str, url: str | None = None) -> subprocess.CompletedProcess:
     """The ``backfill`` command of this environment, as a user types it in a second terminal on ``home``."""
-    env = {**os.environ, "BACKFILL_HOME": str(home)}
+    env = _env(home, url)
     return subprocess.run([str(Path(sys.executable).parent / "backfill"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=LONG_PAUSE_SECONDS)
 
 
 def _run_job(home: Path, name: str, commands: list[list[str]], pause: str, sig: int | None,
-             while_paused=None) -> tuple[int, str, str]:
+             while_paused=None, url: str | None = None) -> tuple[int, str, str]:
     """Run ``commands`` (no argument may hold a space: crash_job splits on them) in one crash_job process in its
     own process group; once it pauses at ``pause``, call ``while_paused()`` (if given; the pause then lasts
     :data:`LONG_PAUSE_SECONDS`) and send ``sig`` to the whole group (``None``: let it finish). Returns exit code,
     stdout, stderr."""
-    env = {k: v for k, v in os.environ.items() if k not in (CRASH_ENV, SIGNAL_ENV, CONFLICT_ENV, MONITOR_ENV)}
+    env = _env(home, url)
     marker = home / f"{name}.paused"
-    env.update(BACKFILL_HOME=str(home), BACKFILL_SPARK_MASTER="local[2]")
     if pause:
         env.update({PAUSE_ENV: pause, PAUSE_FILE_ENV: str(marker)})
     if while_paused:
@@ -93,39 +104,49 @@ def _run_job(home: Path, name: str, commands: list[list[str]], pause: str, sig: 
     return code, out.read_text(), err.read_text()
 
 
-@pytest.fixture(scope="module")
-def story(tmp_path_factory):
+@pytest.fixture(scope="module", params=["derby", "shared"])
+def story(request, tmp_path_factory):
+    """The story on the embedded default's Derby metastore, then on a shared one (PostgreSQL, ``metastore_url``):
+    ``(home, run_id of the first run, steps, shared)``."""
+    if request.param == "derby":
+        yield _story(tmp_path_factory, None)
+        return
+    with postgres_server() as url:
+        yield _story(tmp_path_factory, url)
+
+
+def _story(tmp_path_factory, url: str | None):
     home = tmp_path_factory.mktemp("crash_safety_home")
     roll = with_mart(tmp_path_factory.mktemp("roll_request"), ROLL)  # 2024-03-09 and the mart's March
     # the SIGTERM's target reads the rollback story's source (only ever read): one table less to write on a cold JVM
     term = events_request(tmp_path_factory.mktemp("term_request"), TERM, start=D8, end=D10, source_db=ROLL,
                           batch_size=1)
     steps = {}
-    steps["run"] = _run_job(home, "p1", [["run", str(roll)]], "after_run_id", signal.SIGKILL)
+    steps["run"] = _run_job(home, "p1", [["run", str(roll)]], "after_run_id", signal.SIGKILL, url=url)
     found = re.search(r"run ID: (\S+)", steps["run"][1])
     assert found, steps["run"][1][-2000:]
     run_id = found.group(1)
     rollback = ["rollback", run_id, "--by", "ana@example.com", "--reason", "TEST-20-undo"]
     steps["resume_and_rollback"] = _run_job(home, "p2", [["status", run_id], ["resume", run_id], rollback],
-                                            "between_restores", signal.SIGKILL)
+                                            "between_restores", signal.SIGKILL, url=url)
     # one process for the SIGTERM and the resume after it (crash_job goes on after a non-zero exit code and
     # prints each command's code): SIGTERM leaves the JVM running, so a fourth JVM start would test nothing more
-    # while the SIGTERM's run is paused (its JVM holds the home's Derby metastore), a second terminal's status
+    # while the SIGTERM's run is paused (on Derby its JVM holds the home's metastore), a second terminal's status
     beside = []
 
     def beside_the_run():  # status and report from a second terminal; the report's files as they were written then
-        beside.extend([_backfill(home, "status"), _backfill(home, "status", "term_me"),
-                       _backfill(home, "status", "--json"), _backfill(home, "report", "term_me")])
+        beside.extend([_backfill(home, "status", url=url), _backfill(home, "status", "term_me", url=url),
+                       _backfill(home, "status", "--json", url=url), _backfill(home, "report", "term_me", url=url)])
         folder = home / "runs" / "term_me"
         beside.extend([(folder / "report.html").read_text(), json.loads((folder / "summary.json").read_text()),
-                       _backfill(home, "report", run_id, "--json")])
+                       _backfill(home, "report", run_id, "--json", url=url)])
 
     steps["rollback_again_term_and_resume"] = _run_job(
         home, "p3", [["status", run_id], rollback, rollback, [*rollback, "--force"],
                      ["run", str(term), "--run-id", "term_me"], ["resume", "term_me"], ["status", "term_me"]],
-        "after_stage:1", signal.SIGTERM, while_paused=beside_the_run)
+        "after_stage:1", signal.SIGTERM, while_paused=beside_the_run, url=url)
     steps["status_beside_the_run"] = beside
-    return home, run_id, steps
+    return home, run_id, steps, url is not None
 
 
 def _table(home: Path, schema: str, name: str) -> str:
@@ -142,7 +163,7 @@ def _history(spark, path: str) -> list:
 
 
 def test_a_run_killed_right_after_its_id_is_printed_is_found_and_resumed(story):
-    _, run_id, steps = story
+    _, run_id, steps, _ = story
     assert steps["run"][0] == -signal.SIGKILL
     code, out, err = steps["resume_and_rollback"]
     assert code == -signal.SIGKILL  # killed in its rollback, after status and resume
@@ -152,7 +173,7 @@ def test_a_run_killed_right_after_its_id_is_printed_is_found_and_resumed(story):
 
 
 def test_a_rollback_killed_between_restores_finishes_with_one_restore_per_table(spark, story):
-    home, run_id, steps = story
+    home, run_id, steps, _ = story
     code, out, err = steps["rollback_again_term_and_resume"]
     assert f"run {run_id}: rolling_back" in out
     assert (f"rollback under way (finish it with `backfill rollback RUN_ID` or `backfill resume RUN_ID`): "
@@ -174,7 +195,7 @@ def test_a_rollback_killed_between_restores_finishes_with_one_restore_per_table(
 
 
 def test_status_from_a_second_terminal_answers_while_a_run_holds_the_home(story):
-    _, run_id, steps = story
+    _, run_id, steps, _ = story
     listed, one, document = steps["status_beside_the_run"][:3]
     assert (listed.returncode, one.returncode, document.returncode) == (0, 0, 0), listed.stderr + one.stderr
     # the run's events reach the ledger behind it, in bursts: planned at least (its ID is printed after that)
@@ -186,7 +207,7 @@ def test_status_from_a_second_terminal_answers_while_a_run_holds_the_home(story)
 
 
 def test_sigterm_to_the_process_group_cancels_and_resume_publishes(spark, story):
-    home, _, steps = story
+    home, _, steps, _ = story
     code, out, err = steps["rollback_again_term_and_resume"]
     assert code == 130, err[-3000:]  # the first non-zero exit code: the cancelled run's
     assert re.search(r"^crash_job: exit 130: run \S+ --run-id term_me$", err, re.M), err[-3000:]
@@ -205,13 +226,15 @@ def test_sigterm_to_the_process_group_cancels_and_resume_publishes(spark, story)
     assert json.loads(history[1]["userMetadata"])["run_id"] == "term_me"
 
 
-def test_report_from_a_second_terminal_reads_the_ledgers_files_while_a_run_holds_the_home(story):
-    home, run_id, steps = story
+def test_report_from_a_second_terminal_answers_while_a_run_holds_the_home(story):
+    home, run_id, steps, shared = story
     running, html, summary, finished = steps["status_beside_the_run"][3:]
     assert (running.returncode, finished.returncode) == (0, 0), running.stderr + finished.stderr
     # the running run's report: what the ledger holds so far, and a line saying where it was read from
     assert f"report: {home / 'runs' / 'term_me' / 'report.html'}" in running.stdout
-    assert "read from the ledger&#x27;s files while another process held the home (no Spark session)" in html
+    # Derby admits one JVM, so the report is read from the ledger's files; a shared metastore admits a second
+    beside = "read from the ledger&#x27;s files while another process held the home (no Spark session)"
+    assert (beside in html) is not shared
     assert (summary["run_id"], summary["target_table"], summary["versions"]["published"]) == (
         "term_me", f"{TERM}.events", None)
     assert summary["status"] in ("planned", "staging")  # paused after its first batch staged
