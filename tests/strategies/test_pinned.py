@@ -66,8 +66,10 @@ def test_until_validate_keeps_a_durable_staging_table_though_pinned_was_asked(sp
 
 def test_a_sessions_second_run_of_the_same_shape_compiles_next_to_no_new_classes(spark, settings, db, tmp_path):
     """One run compiles well over Spark's default of 100 generated classes; the session keeps 1,000, so a later
-    run of the same request on other tables finds its classes cached instead of compiling them all again. (The
-    test session runs interpreted, see ``tests/conftest.py``; this test compiles as the product does.)"""
+    run of the same request on other tables finds its classes cached instead of compiling them all again (with
+    100 kept, the second of these runs compiles about 105). How many the first compiles depends on what earlier
+    tests left in the cache. (The test session runs interpreted, see ``tests/conftest.py``; this test compiles as
+    the product does.)"""
     compiles = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
     other = f"{db}_again"
     spark.sql(f"CREATE SCHEMA {other}")
@@ -86,5 +88,5 @@ def test_a_sessions_second_run_of_the_same_shape_compiles_next_to_no_new_classes
         for key, value in INTERPRETED.items():
             spark.conf.set(key, value)
         spark.sql(f"DROP SCHEMA IF EXISTS {other} CASCADE")
-    assert counts[0] > 100 and counts[1] <= 3, counts
+    assert counts[1] <= 3, counts
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "1000"
