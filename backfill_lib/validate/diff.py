@@ -11,9 +11,11 @@ diff into one :class:`~backfill_lib.core.checks.Check` per partition and thresho
 from __future__ import annotations
 
 import json
+import math
+import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from fractions import Fraction
 from functools import reduce
 from typing import Callable, Sequence
@@ -21,7 +23,8 @@ from typing import Callable, Sequence
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType
+from pyspark.sql.types import (BooleanType, DataType, DateType, DecimalType, DoubleType, FloatType, IntegralType,
+                               StringType, TimestampNTZType, TimestampType)
 
 from backfill_lib.adapters.checksums import hash_args, key_hash, row_hash
 from backfill_lib.adapters.pool import in_pool
@@ -37,6 +40,9 @@ SAMPLE_BUCKETS = 4
 SAMPLE_ROWS = 20
 #: up to how many keys are broadcast to the scans that read their rows (a few bytes each)
 BROADCAST_KEYS = 2_000_000
+#: up to how many rows (both sides together) a diff pairs in the driver: one Spark job collects them, where pairing
+#: them in Spark runs a job per query stage and another for the samples, each a fixed fraction of a second
+DRIVER_ROWS = 20_000
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,7 @@ def diff_by_key(
     *,
     corrected_columns: Sequence[str] = (),
     inserted: Callable[[DataFrame, int], object] | None = None,
+    rows_at_most: int | None = None,
 ) -> dict[str, PartitionDiff]:
     """Diff ``staged`` against ``current`` by ``keys``, per partition, comparing narrow row hashes.
 
@@ -149,6 +156,11 @@ def diff_by_key(
         and partition, columns ``keys`` as given, without the partition columns the diff adds; a keys-only pass
         over both sides) and how many rows were inserted (at least as many as those keys); from another thread,
         while the sample rows are read, its Spark jobs in the run's FAIR pool. What it raises is raised here.
+    rows_at_most : int, optional
+        At least as many rows as both sides hold together, when the caller knows it. Up to :data:`DRIVER_ROWS`, and
+        with keys of types whose Python values compare as Spark joins them (integers, decimals, strings of the
+        default collation, booleans, dates and timestamps), the rows are collected in one Spark job and paired in
+        the driver, with the same results.
 
     Returns
     -------
@@ -179,10 +191,15 @@ def diff_by_key(
     def part(prefix: str = "") -> Column:  # the partition of key columns ``{prefix}k0..``
         return keying.renamed({c: f"{prefix}k{keys.index(c)}" for c in keying.columns}).expr().alias("partition")
 
-    # One job: both sides' narrow rows paired by key (a full outer join: a key repeated on a side pairs with each
-    # row of the other, as the docstring's counts say) and summed per partition as the pairs are made.
-    counted = {r["partition"]: r.asDict()
-               for r in _pairs(both, ks, vs).groupBy(part()).agg(*_pair_sums(types, outside)).collect()}
+    collected = None
+    if rows_at_most is not None and rows_at_most <= DRIVER_ROWS and _driver_keys(both, ks) is not None:
+        collected = _collected(both, ks, vs, part())
+        counted = _driver_sums(collected, types, outside)
+    else:
+        # One job: both sides' narrow rows paired by key (a full outer join: a key repeated on a side pairs with
+        # each row of the other, as the docstring's counts say) and summed per partition as the pairs are made.
+        counted = {r["partition"]: r.asDict()
+                   for r in _pairs(both, ks, vs).groupBy(part()).agg(*_pair_sums(types, outside)).collect()}
     chosen = set(sorted(((p, r[f"x{b}"]) for p, r in counted.items() for b in range(SAMPLE_BUCKETS)
                          if r[f"x{b}"] is not None), key=lambda c: c[1])[:SAMPLE_ROWS])
     added = sum(r["inserted"] for r in counted.values())
@@ -194,8 +211,14 @@ def diff_by_key(
             spark = both.sparkSession
             called = pool.submit(in_pool, spark, inserted, new.select(*[F.col(f"k{keys.index(k)}").alias(k)
                                                                         for k in asked]), added)
-        samples = (_samples(_sample_rows(both, ks, vs, part(), chosen), part(), chosen, keys, value_columns)
-                   if chosen else {})
+        if not chosen:
+            samples = {}
+        elif collected is not None:
+            samples = _samples([(r["partition"], r["h"], r["s"], r["j"]) for r in collected], chosen, keys,
+                               value_columns)
+        else:
+            rows = _sample_rows(both, ks, vs, part(), chosen).select(part(), "h", "s", "j").collect()
+            samples = _samples([tuple(r) for r in rows], chosen, keys, value_columns)
         if called is not None:
             called.result()
     numeric = [j for j, v in enumerate(vs) if _is_numeric(types[v])]
@@ -313,6 +336,104 @@ def _pair_sums(types: dict[str, DataType], outside: Sequence[str]) -> list[Colum
     return aggs
 
 
+def _driver_keys(both: DataFrame, ks: list[str]) -> list[Column] | None:
+    """Key columns ``k0..`` of ``both`` as Python compares them as Spark joins them (a ``TIMESTAMP`` as its
+    microseconds: two instants can share a local wall clock), or ``None`` if a key's type has no such form here
+    (``FLOAT``/``DOUBLE``, whose NaNs and zeros Spark normalises, collated strings, nested types)."""
+    out = []
+    for k in ks:
+        kind = both.schema[k].dataType
+        if isinstance(kind, TimestampType):
+            out.append(F.unix_micros(F.col(k)).alias(k))
+        elif isinstance(kind, (IntegralType, DecimalType, BooleanType, DateType, TimestampNTZType)) or (
+                isinstance(kind, StringType) and getattr(kind, "collation", "UTF8_BINARY") == "UTF8_BINARY"):
+            out.append(F.col(k))
+        else:
+            return None
+    return out
+
+
+def _collected(both: DataFrame, ks: list[str], vs: list[str], part: Column) -> list[dict]:
+    """Every row of both sides, collected in one Spark job, as a dict: ``partition`` (raw, as ``part``),
+    ``key`` (a tuple of :func:`_driver_keys`), ``s``, ``rh`` and ``v0..`` (as :func:`_narrow` makes them), ``h``
+    (the key hash) and ``j`` (the row's text, as :func:`_sample_rows` makes it)."""
+    values = [(F.col(v) if _is_numeric(both.schema[v].dataType) else F.xxhash64(*hash_args(both, [v]))).alias(v)
+              for v in vs]
+    frame = both.select(part, F.struct(*_driver_keys(both, ks)).alias("key"), "s", row_hash(both, vs).alias("rh"),
+                        *values, key_hash(both, ks).alias("h"),
+                        F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}).alias("j"))
+    return [{**r.asDict(), "key": tuple(r["key"])} for r in frame.collect()]
+
+
+def _same_in_driver(kind: DataType, staged, current) -> bool:
+    """:func:`_same_value` (numeric ``kind``) of two collected values, or hashes alike (any other type)."""
+    if not _is_numeric(kind):
+        return staged == current
+    if staged is None or current is None:
+        return staged is None and current is None
+    if isinstance(kind, (FloatType, DoubleType)):
+        if math.isnan(staged) or math.isnan(current):  # Spark holds every NaN alike
+            return math.isnan(staged) and math.isnan(current)
+        if staged == 0 and current == 0:
+            return math.copysign(1, staged) == math.copysign(1, current)
+    return staged == current
+
+
+def _change_in_driver(kind: DataType, staged, current):
+    """:func:`_numeric_change` of two collected non-NULL values: exact for integers and decimals, a ``FLOAT``
+    subtracted in single precision as Spark does."""
+    if isinstance(kind, DecimalType):
+        with localcontext(prec=100):
+            return abs(staged - current)
+    if isinstance(kind, FloatType):
+        try:  # the double difference rounded to single precision: as rounding the exact one (53 >= 2 * 24 + 2 bits)
+            return abs(struct.unpack("f", struct.pack("f", staged - current))[0])
+        except OverflowError:  # past FLOAT's range: infinite, as in Spark
+            return math.inf
+    return abs(staged - current)
+
+
+def _driver_sums(rows: list[dict], types: dict[str, DataType], outside: Sequence[str]) -> dict[object, dict]:
+    """:func:`_pair_sums` per raw partition, as the Spark job gives them, of rows :func:`_collected` paired in
+    the driver: each staged row of a key with each current row of it (NULL-safe), and the rows of a key on one
+    side only."""
+    by_key: dict[tuple, tuple[list, list]] = {}
+    for r in rows:
+        by_key.setdefault(r["key"], ([], []))[0 if r["s"] else 1].append(r)
+    numeric = {v for v, kind in types.items() if _is_numeric(kind)}
+    sums: dict[object, dict] = {}
+    for staged, current in by_key.values():
+        first = (staged or current)[0]
+        if first["partition"] not in sums:
+            sums[first["partition"]] = {"inserted": 0, "deleted": 0, "updated": 0, "unchanged": 0,
+                                        "updated_outside": 0, **{f"n{v[1:]}": 0 for v in types},
+                                        **{f"a{v[1:]}": None for v in numeric},
+                                        **{f"x{b}": None for b in range(SAMPLE_BUCKETS)}}
+        d = sums[first["partition"]]
+        changed = not (staged and current)
+        if not current:
+            d["inserted"] += len(staged)
+        elif not staged:
+            d["deleted"] += len(current)
+        for s, t in ((s, t) for s in staged for t in current):
+            if s["rh"] == t["rh"]:
+                d["unchanged"] += 1
+                continue
+            changed = True
+            d["updated"] += 1
+            differ = [v for v, kind in types.items() if not _same_in_driver(kind, s[v], t[v])]
+            d["updated_outside"] += any(v in outside for v in differ)
+            for v in differ:
+                d[f"n{v[1:]}"] += 1
+                if v in numeric and s[v] is not None and t[v] is not None:
+                    change = _change_in_driver(types[v], s[v], t[v])
+                    d[f"a{v[1:]}"] = change if d[f"a{v[1:]}"] is None else d[f"a{v[1:]}"] + change
+        if changed:
+            bucket = f"x{first['h'] % SAMPLE_BUCKETS}"
+            d[bucket] = first["h"] if d[bucket] is None else min(d[bucket], first["h"])
+    return sums
+
+
 def _sample_rows(both: DataFrame, ks: list[str], vs: list[str], part: Column, chosen: set[tuple]) -> DataFrame:
     """The rows of both sides whose key is a sample's (``chosen``: ``(raw partition, key hash)``), each as its key
     ``k0..``, ``s``, ``h`` (the key hash, as :func:`_pairs` makes it) and ``j``: the whole row's ``to_json``
@@ -328,15 +449,16 @@ def _sample_rows(both: DataFrame, ks: list[str], vs: list[str], part: Column, ch
     return rows.select(*ks, "s", "h", F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}).alias("j"))
 
 
-def _samples(rows: DataFrame, part: Column, chosen: set[tuple], keys: list[str],
+def _samples(rows: list[tuple], chosen: set[tuple], keys: list[str],
              value_columns: Sequence[str]) -> dict[object, list[dict]]:
     """The :attr:`PartitionDiff.samples` of the ``chosen`` keys (``(raw partition, key hash)``: changed keys), by
-    raw partition, from the sample rows' text (:func:`_sample_rows`). A key with rows on the staged side only was
-    inserted, on the current side only deleted, on both updated."""
+    raw partition, from rows ``(raw partition, key hash, s, j)`` (:func:`_sample_rows`; rows of other keys are
+    passed over). A key with rows on the staged side only was inserted, on the current side only deleted, on both
+    updated."""
     sides: dict[tuple, dict[bool, list[dict]]] = {}
-    for r in sorted(rows.select(part, "h", "s", "j").collect(), key=lambda r: r["j"]):
-        if (r["partition"], r["h"]) in chosen:
-            sides.setdefault((r["partition"], r["h"]), {}).setdefault(r["s"], []).append(_decoded(r["j"]))
+    for p, h, s, j in sorted(rows, key=lambda r: r[3]):
+        if (p, h) in chosen:
+            sides.setdefault((p, h), {}).setdefault(s, []).append(_decoded(j))
     out: dict[object, list[dict]] = {}
     for (p, x), got in sides.items():
         change = "updated" if len(got) == 2 else "inserted" if True in got else "deleted"

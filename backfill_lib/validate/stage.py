@@ -132,7 +132,8 @@ class Validate:
         if cached:
             rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            checks, diffs, fingerprints, outside = self._audit(plan, runner, scope, whole, rows, reporter, sources)
+            checks, diffs, fingerprints, outside = self._audit(plan, runner, scope, whole, rows, reporter, sources,
+                                                                sum(staged.rows.values()))
         finally:
             if cached:
                 rows.unpersist()
@@ -143,7 +144,7 @@ class Validate:
                          outside)
 
     def _audit(self, plan: BackfillPlan, runner: SuiteRunner | None, scope: Batch, whole: bool, staged: DataFrame,
-               reporter: Reporter, sources: SourceSides) -> tuple[list[Check], list, dict | None]:
+               reporter: Reporter, sources: SourceSides, staged_count: int) -> tuple[list[Check], list, dict | None]:
         # Independent read-only audits all run at once (the FAIR pool shares the cluster between them): on small
         # ranges each is mostly fixed Spark latency, which overlaps; one waiting for a thread would only add its own.
         # + 4: diff (and keys outside the range), checksums, keys, constraints
@@ -179,7 +180,7 @@ class Validate:
                                                                          r.metrics)))
             audits.append(submit(unique_key_checks, staged, plan.request.keys, plan.staging_table))
             audits.append(submit(self._constraints, plan, staged))
-            diffed = submit(self._diff, plan, staged, whole, sources["target"][0])
+            diffed = submit(self._diff, plan, staged, whole, sources["target"][0], staged_count)
             summed = (submit(lambda: fingerprints_of(shared.rows(fingerprinted), plan.partition_keys))
                       if fingerprinted is not None else None)
             checks: list[Check] = [c for a in audits for c in a.result()]
@@ -268,11 +269,12 @@ class Validate:
         keys = sorted(set(src) | set(stg), key=key_order) if whole else list(batch.keys)
         return compare_metrics(src, stg, rule.metrics, keys, rule.name, batch.index)
 
-    def _diff(self, plan: BackfillPlan, staged: DataFrame, whole: bool,
-              target: Future) -> tuple[dict, KeysOutsideRangeError | None]:
+    def _diff(self, plan: BackfillPlan, staged: DataFrame, whole: bool, target: Future,
+              staged_count: int) -> tuple[dict, KeysOutsideRangeError | None]:
         """Staged rows against the target's rows as the plan read them (time travel to its version), by key, over
         the range (the whole table when ``whole``), scoped by the strategy (a patch compares the keys it stages);
-        and the refusal of :meth:`_keys_outside` for the keys the diff found inserted, or ``None``."""
+        and the refusal of :meth:`_keys_outside` for the keys the diff found inserted, or ``None``. ``staged_count``:
+        the staged rows; with the plan's count of the range's target rows it bounds the rows the diff reads."""
         everything = target.result()  # the target at the planned version (:meth:`_target_rows`)
         current = everything if whole else everything.where(plan.predicate())
         current = self.implementation(plan).diff_scope(plan, current, staged)
@@ -289,8 +291,10 @@ class Validate:
             found[0] = self._keys_outside(plan, everything, keys, count)
 
         shared = [quote_ident(c) for c in shared]
+        before = None if whole else plan.total.rows  # the plan's count from the Delta log, when every file has one
         diffs = diff_by_key(staged.select(*shared), current.select(*shared), plan.request.keys, plan.partition_keys,
-                            corrected_columns=corrected, inserted=None if whole or keyed_by_partition else outside)
+                            corrected_columns=corrected, inserted=None if whole or keyed_by_partition else outside,
+                            rows_at_most=None if before is None else before + staged_count)
         return diffs, found[0]
 
     def gate(self, plan: BackfillPlan, record: dict, validated: Validated) -> None:

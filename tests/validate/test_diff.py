@@ -9,6 +9,8 @@ from backfill_lib.core.errors import IntakeError
 from backfill_lib.intake.rules import DiffGate
 from backfill_lib.validate.diff import PartitionDiff, diff_by_key, evaluate
 
+pytestmark = pytest.mark.usefixtures("pairing")  # each test with the pairs made by Spark and in the driver
+
 D10, D11 = date(2024, 3, 10), date(2024, 3, 11)
 ROWS = StructType([StructField("id", IntegerType()), StructField("dt", DateType()), StructField("v", IntegerType())])
 

@@ -5,12 +5,15 @@ import math
 from datetime import date, datetime, timezone
 from decimal import Decimal
 
+import pytest
 from pyspark.sql.types import (DateType, DecimalType, DoubleType, IntegerType, StringType, StructField, StructType,
                                TimestampType)
 
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import Grain
 from backfill_lib.validate.diff import PartitionDiff, diff_by_key
+
+pytestmark = pytest.mark.usefixtures("pairing")  # each test with the pairs made by Spark and in the driver
 
 D10, D11 = date(2024, 3, 10), date(2024, 3, 11)
 
