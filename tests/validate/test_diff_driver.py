@@ -54,14 +54,16 @@ def test_timestamp_keys_an_hour_apart_on_the_same_wall_clock_stay_apart(spark):
                        value_columns=["v"])
 
     assert diffs == {
-        "2024-11-03T01:00:00-04:00": PartitionDiff("2024-11-03T01:00:00-04:00", 0, 0, 0, 1, {"v": 0}, {"v": Decimal(0)}),
+        "2024-11-03T01:00:00-04:00": PartitionDiff("2024-11-03T01:00:00-04:00", 0, 0, 0, 1, {"v": 0},
+                                                   {"v": Decimal(0)}),
         "2024-11-03T01:00:00-05:00": PartitionDiff("2024-11-03T01:00:00-05:00", 0, 0, 1, 0, {"v": 1},
                                                    {"v": Decimal("3.0")}, (), 1),
     }
 
 
 def test_a_float_column_changes_in_single_precision_and_past_its_range(spark):
-    schema = StructType([StructField("id", IntegerType()), StructField("dt", DateType()), StructField("f", FloatType())])
+    schema = StructType([StructField("id", IntegerType()), StructField("dt", DateType()),
+                         StructField("f", FloatType())])
     current = spark.createDataFrame([(1, date(2024, 3, 10), 0.2), (2, date(2024, 3, 10), -3e38)], schema)
     staged = spark.createDataFrame([(1, date(2024, 3, 10), 0.1), (2, date(2024, 3, 10), 3e38)], schema)
 
