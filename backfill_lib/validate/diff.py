@@ -15,7 +15,7 @@ import math
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from decimal import Decimal, localcontext
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from fractions import Fraction
 from functools import reduce
 from typing import Callable, Sequence
@@ -380,11 +380,13 @@ def _same_in_driver(kind: DataType, staged, current) -> bool:
 
 
 def _change_in_driver(kind: DataType, staged, current):
-    """:func:`_numeric_change` of two collected non-NULL values: exact for integers and decimals, a ``FLOAT``
-    subtracted in single precision as Spark does."""
+    """:func:`_numeric_change` of two collected non-NULL values, as Spark computes it: exact for integers; for a
+    ``DECIMAL(p, s)`` at the scale Spark gives the difference (``s``, or ``s - 1`` rounded half up when ``p`` is
+    38 and ``s`` more than 6); a ``FLOAT`` subtracted in single precision."""
     if isinstance(kind, DecimalType):
-        with localcontext(prec=100):
-            return abs(staged - current)
+        scale = kind.scale - 1 if kind.precision == 38 and kind.scale > 6 else kind.scale
+        with localcontext(prec=100):  # collected decimals carry any exponent: the scale is set here
+            return abs(staged - current).quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
     if isinstance(kind, FloatType):
         try:  # the double difference rounded to single precision: as rounding the exact one (53 >= 2 * 24 + 2 bits)
             return abs(struct.unpack("f", struct.pack("f", staged - current))[0])
@@ -427,7 +429,8 @@ def _driver_sums(rows: list[dict], types: dict[str, DataType], outside: Sequence
                 d[f"n{v[1:]}"] += 1
                 if v in numeric and s[v] is not None and t[v] is not None:
                     change = _change_in_driver(types[v], s[v], t[v])
-                    d[f"a{v[1:]}"] = change if d[f"a{v[1:]}"] is None else d[f"a{v[1:]}"] + change
+                    with localcontext(prec=100):  # a decimal sum of up to 38 digits, exact
+                        d[f"a{v[1:]}"] = change if d[f"a{v[1:]}"] is None else d[f"a{v[1:]}"] + change
         if changed:
             bucket = f"x{first['h'] % SAMPLE_BUCKETS}"
             d[bucket] = first["h"] if d[bucket] is None else min(d[bucket], first["h"])

@@ -23,7 +23,7 @@ def _both_ways(staged, current, keys, partition, **options) -> dict[str, tuple[P
 def test_repeated_and_null_keys_moved_keys_floats_and_wide_decimals_over_many_partitions(spark):
     schema = StructType([StructField("id", IntegerType()), StructField("sub", StringType()),
                          StructField("dt", DateType()), StructField("f", FloatType()),
-                         StructField("d", DecimalType(30, 18)), StructField("t", StringType())])
+                         StructField("d", DecimalType(38, 18)), StructField("t", StringType())])
     days = [date(2024, 1, d) for d in range(1, 29)]
     current = [(i, None if i % 5 == 0 else "a", day, 0.1 * i, Decimal(f"{i}.000000000000000001"), f"t{i}")
                for n, day in enumerate(days) for i in range(n, n + 4)]
@@ -35,6 +35,8 @@ def test_repeated_and_null_keys_moved_keys_floats_and_wide_decimals_over_many_pa
                        ["id", "sub"], "dt", corrected_columns=["f"])
 
     assert len(diffs) == 28
+    # id 4's 1E-18 at the scale Spark gives a DECIMAL(38, 18) difference
+    assert (diffs["2024-01-02"].changed_columns["d"], str(diffs["2024-01-02"].abs_change["d"])) == (1, "0E-17")
     assert (diffs["2024-01-05"].inserted, diffs["2024-01-03"].inserted) == (1, 1)
     assert sum(d.inserted for d in diffs.values()) == 2
     assert sum(d.deleted for d in diffs.values()) == 9  # id 0 on Jan 1, ids 11 and 22 on four days each
