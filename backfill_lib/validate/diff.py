@@ -51,7 +51,8 @@ class PartitionDiff:
 
     ``changed_columns`` maps every value column to the number of updated rows in which it changed;
     ``abs_change`` maps every numeric value column to the sum over those rows of ``|staged - current|``
-    (integer and decimal columns exactly; float and double columns through float arithmetic). A change to or
+    (integer columns exactly; decimal columns at the scale Spark gives their difference, one digit less at
+    precision 38; float and double columns through float arithmetic). A change to or
     from NULL counts in ``changed_columns`` but adds nothing to ``abs_change``. ``updated_outside`` counts
     updated rows in which a column other than ``corrected_columns`` changed.
 

@@ -5,17 +5,23 @@ from Spark's."""
 from datetime import date, datetime, timezone
 from decimal import Decimal
 
+import pytest
 from pyspark.sql.types import (DateType, DecimalType, DoubleType, FloatType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import Grain
-from backfill_lib.validate.diff import PartitionDiff, diff_by_key
+from backfill_lib.validate import diff
+from backfill_lib.validate.diff import PartitionDiff, _collected, diff_by_key
 
 
 def _both_ways(staged, current, keys, partition, **options) -> dict[str, tuple[PartitionDiff, tuple]]:
     joined = diff_by_key(staged, current, keys, partition, **options)
-    paired = diff_by_key(staged, current, keys, partition, rows_at_most=0, **options)
+    collects = []
+    with pytest.MonkeyPatch.context() as patch:  # the driver's pairing is taken, not the join again
+        patch.setattr(diff, "_collected", lambda *a: collects.append(1) or _collected(*a))
+        paired = diff_by_key(staged, current, keys, partition, rows_at_most=0, **options)
+    assert collects == [1]
     assert {p: (d, d.samples) for p, d in paired.items()} == {p: (d, d.samples) for p, d in joined.items()}
     return paired
 
@@ -75,3 +81,15 @@ def test_a_float_column_changes_in_single_precision_and_past_its_range(spark):
     assert d.abs_change["f"] == Decimal("Infinity")  # |3e38 - -3e38| is past FLOAT's range
     one = _both_ways(staged.where("id = 1"), current.where("id = 1"), ["id"], "dt")["2024-03-10"]
     assert one.abs_change == {"f": Decimal("0.10000000149011612")}  # 0.2f - 0.1f, in single precision
+
+
+def test_a_decimal_sum_past_28_digits_stays_exact(spark):
+    schema = StructType([StructField("id", IntegerType()), StructField("dt", DateType()),
+                         StructField("c", DecimalType(38, 0))])
+    current = spark.createDataFrame([(1, date(2024, 1, 1), Decimal(0)), (2, date(2024, 1, 1), Decimal(0))], schema)
+    staged = spark.createDataFrame([(1, date(2024, 1, 1), Decimal(10**37)), (2, date(2024, 1, 1), Decimal(10**37 + 1))],
+                                   schema)
+
+    d = _both_ways(staged, current, ["id"], "dt")["2024-01-01"]
+
+    assert str(d.abs_change["c"]) == "20000000000000000000000000000000000001"
