@@ -118,9 +118,11 @@ class Backfills:
         """Intake and plan ``request_path`` (with ``only``, its selected partitions); ``after``: first wait until
         that run is final (a run of another table too, with a note saying it frees no range of this target).
         Returns ``(plan, state)`` for :meth:`execute`."""
+        from backfill_lib.adapters.gx_import import import_early
         from backfill_lib.intake.request import load_request
         from backfill_lib.plan.selection import prepare_selected
 
+        import_early()  # the run validates after the plan: GX's import goes on beside it
         if after is not None:
             self.runner.leases.wait_for(after, load_request(request_path).target.table)
         return prepare_selected(self.runner.spark, self.settings, request_path, only, run_id=run_id)
@@ -131,6 +133,9 @@ class Backfills:
         return self.runner.run(plan, state, until=until, on_durable=on_durable)
 
     def resume(self, run_id: str, until: str | None = None):
+        from backfill_lib.adapters.gx_import import import_early
+
+        import_early()
         return self.runner.resume(run_id, until=until)
 
     def publish(self, run_id: str):

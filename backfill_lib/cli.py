@@ -160,6 +160,7 @@ def run(
     if run_id is not None:
         check_run_id(run_id)
     name = Path(request).name
+    _import_gx_early()
     with _starting(f"starting Spark ({settings.spark.master}) for {name}") as starting:
         spark = _spark(settings)
         starting.update(f"planning {name}: source, target's Delta log, leases")
@@ -175,6 +176,13 @@ def run(
         _State.document = backfills.document(result)
         return
     text.print_result(console, settings, result)
+
+
+def _import_gx_early() -> None:
+    """GX's import (seconds of Python in a new process) goes on while the JVM starts; validation waits for it."""
+    from backfill_lib.adapters.gx_import import import_early
+
+    import_early()
 
 
 def _say_stopping(line: str) -> None:
@@ -209,6 +217,7 @@ def resume(
     """Continue a run from the ledger: skip staged partitions, redo the rest, validate, publish once."""
     _check_until(until)
     settings = _settings()
+    _import_gx_early()
     with _starting(f"starting Spark ({settings.spark.master}) to resume {run_id}"):
         backfills = api.Backfills(settings, _spark(settings), console, approved_by=approve)
     try:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 from rich.console import Console
 
+from backfill_lib.adapters.gx_import import import_early
 from backfill_lib.adapters.lineage import attach
 from backfill_lib.adapters.session import session_time_zone
 from backfill_lib.core.errors import PublishError, RequestError
@@ -27,7 +28,8 @@ from backfill_lib.core.table_state import TableState
 from backfill_lib.intake.request import same_request
 from backfill_lib.ledger import Ledger, run_record
 from backfill_lib.plan.model import BackfillPlan, plan_from_summary
-from backfill_lib.plan.prepare import MartPlans, prepare, utc_now
+from backfill_lib.plan.prepare import MartPlans, utc_now
+from backfill_lib.plan.prepare import prepare as plan_prepare
 from backfill_lib.plan.source_pins import pin_sources
 from backfill_lib.preflight import preflight, staging_preflight, with_staging_mode
 from backfill_lib.publish.release import Release
@@ -44,6 +46,13 @@ from backfill_lib.validate.diff import diff_rows
 from backfill_lib.validate.stage import Validate, Validated, nothing_changes
 
 __all__ = ["Runner", "RunResult", "prepare"]
+
+
+def prepare(spark: SparkSession, settings: Settings, request_path, run_id: str | None = None):
+    """:func:`backfill_lib.plan.prepare.prepare` (same arguments, result and errors) for a run that goes on to
+    validate: GX's import starts beside it (:func:`~backfill_lib.adapters.gx_import.import_early`)."""
+    import_early()
+    return plan_prepare(spark, settings, request_path, run_id)
 
 
 class Runner:

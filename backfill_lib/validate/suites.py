@@ -20,6 +20,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from backfill_lib.adapters.gx_import import great_expectations
 from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import SuiteError
 from backfill_lib.core.partition_keys import PartitionKeys, keys_of
@@ -46,8 +47,7 @@ def load_suite(path: str | Path) -> LoadedSuite:
         When the file is missing or not JSON, GX rejects it, or the loaded suite holds fewer expectations
         than the file declares; the message names the file.
     """
-    import great_expectations as gx
-
+    gx = great_expectations()
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -103,8 +103,7 @@ class SuiteRunner:
     def __init__(self, loaded: LoadedSuite, partition_column: str | PartitionKeys, results_dir: Path | None = None):
         import logging
 
-        import great_expectations as gx
-
+        gx = great_expectations()
         for name in ("great_expectations", "great_expectations.data_context.types.base"):
             logging.getLogger(name).setLevel(logging.WARNING)
         self.loaded = loaded
