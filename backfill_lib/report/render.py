@@ -52,7 +52,7 @@ class MetricPoint:
 @dataclass(frozen=True)
 class ColumnChange:
     """One value column over the whole run: in how many updated rows it changed and, for a numeric column, the sum
-    of ``|after - before|`` over them (``None``: not numeric)."""
+    of ``|after - before|`` over them (``None``: not numeric, or a decimal sum past 38 digits in a partition)."""
 
     column: str
     rows_changed: int
@@ -349,13 +349,14 @@ def _columns_html(data: ReportData) -> str:
         rows = "".join(
             f'<tr data-column="{_e(c.column)}"><td>{_e(c.column)}</td><td class="n">{c.rows_changed:,}</td>'
             + (f'<td class="n" title="{_e(c.abs_change)}">{escape(readable(c.abs_change))}</td>' if c.abs_change is not None else
-               '<td class="n muted" title="not numeric: distinct new values are not counted">n/a</td>') + "</tr>"
+               '<td class="n muted" title="not numeric, or a decimal sum past 38 digits">n/a</td>') + "</tr>"
             for c in changed)
         out.append('<table class="columns"><thead><tr><th>column</th><th class="n">rows changed</th>'
                    f'<th class="n">sum of |after − before|</th></tr></thead><tbody>{rows}</tbody></table>')
         if any(c.abs_change is None for c in changed):
-            out.append('<p class="muted">n/a: not a numeric column. Its number of distinct new values is not counted: '
-                       "that would take another scan of the staged rows.</p>")
+            out.append('<p class="muted">n/a: not a numeric column (its number of distinct new values is not counted: '
+                       "that would take another scan of the staged rows), or a decimal column whose changes in a "
+                       "partition add up past the 38 digits Spark's decimals hold.</p>")
     else:
         out.append("<p>No value column changed in any row.</p>")
     if same:

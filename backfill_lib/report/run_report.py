@@ -18,7 +18,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 from datetime import timezone
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -160,15 +160,22 @@ def _json(text: str | None, default):
 
 def column_changes(diffs: dict[str, dict]) -> tuple[ColumnChange, ...]:
     """Per value column (in the diff's column order), over every partition of ``diffs`` (ledger rows): the rows in
-    which it changed and, for a numeric column, the exact sum of ``|after - before|``."""
+    which it changed and, for a numeric column, the exact sum of ``|after - before|``; ``None`` for a column
+    that is not numeric or, in a partition where it changed, had no sum there (a decimal past 38 digits, see
+    :class:`~backfill_lib.validate.diff.PartitionDiff`)."""
     rows: dict[str, int] = {}
     sums: dict[str, Decimal] = {}
+    unknown: set[str] = set()
     for d in diffs.values():
-        for column, n in _json(d.get("changed_columns"), {}).items():
+        changed = _json(d.get("changed_columns"), {})
+        for column, n in changed.items():
             rows[column] = rows.get(column, 0) + int(n)
-        for column, total in _json(d.get("abs_change"), {}).items():
-            sums[column] = sums.get(column, Decimal(0)) + Decimal(total)
-    return tuple(ColumnChange(c, n, sums.get(c)) for c, n in rows.items())
+        totals = _json(d.get("abs_change"), {})
+        unknown |= {c for c, n in changed.items() if int(n) and c not in totals}
+        with localcontext(prec=100):  # sums of up to 38 digits each, exact
+            for column, total in totals.items():
+                sums[column] = sums.get(column, Decimal(0)) + Decimal(total)
+    return tuple(ColumnChange(c, n, None if c in unknown else sums.get(c)) for c, n in rows.items())
 
 
 def sample_rows(diffs: dict[str, dict], limit: int = SAMPLE_LIMIT) -> tuple[SampleRow, ...]:

@@ -53,7 +53,9 @@ class PartitionDiff:
     ``abs_change`` maps every numeric value column to the sum over those rows of ``|staged - current|``
     (integer columns exactly; decimal columns at the scale Spark gives their difference, one digit less at
     precision 38; float and double columns through float arithmetic). A change to or
-    from NULL counts in ``changed_columns`` but adds nothing to ``abs_change``. ``updated_outside`` counts
+    from NULL counts in ``changed_columns`` but adds nothing to ``abs_change``. A decimal column with a change, or
+    a sum of changes, past the 38 digits Spark's decimal types hold is left out of ``abs_change`` in that
+    partition (its rows still count in ``changed_columns``). ``updated_outside`` counts
     updated rows in which a column other than ``corrected_columns`` changed.
 
     ``samples`` holds up to :data:`SAMPLE_BUCKETS` changed rows (inserted, deleted or updated keys), chosen
@@ -95,9 +97,11 @@ def _is_numeric(kind: DataType) -> bool:
 
 def _numeric_change(kind: DataType, staged: Column, current: Column) -> Column:
     """``|staged - current|`` of a numeric ``kind``, integers widened to decimal(38,0) first so the subtraction
-    cannot overflow."""
+    cannot overflow; a decimal difference past the 38 digits Spark's difference type holds is NULL."""
     if isinstance(kind, IntegralType):
         return F.abs(staged.cast("decimal(38,0)") - current.cast("decimal(38,0)"))
+    if isinstance(kind, DecimalType):
+        return F.abs(F.try_subtract(staged, current))
     return F.abs(staged - current)
 
 
@@ -233,19 +237,12 @@ def diff_by_key(
             r["updated"],
             r["unchanged"],
             {c: r[f"n{j}"] for j, c in enumerate(value_columns)},
-            {value_columns[j]: _decimal(r[f"a{j}"]) for j in numeric},
+            {value_columns[j]: _decimal(r[f"a{j}"]) for j in numeric if not _past_digits(r, j)},
             tuple(corrected_columns),
             r["updated_outside"],
             tuple(sorted(samples.get(p, []), key=lambda x: x["h"])),
         )
     return out
-
-
-def _add(a, b):
-    """Two partition sums added (a NULL sum is over no rows)."""
-    if a is None or b is None:
-        return b if a is None else a
-    return a + b
 
 
 def _both_sides(staged: DataFrame, current: DataFrame, keys: list[str], value_columns: Sequence[str]) -> DataFrame:
@@ -314,9 +311,23 @@ def _column_sums(updated: Column, types: dict[str, DataType], outside: Sequence[
     for v, kind in types.items():
         j = v[1:]
         aggs.append(F.count_if(changed[v]).alias(f"n{j}"))
-        if _is_numeric(kind):
-            aggs.append(F.sum(F.when(changed[v], _numeric_change(kind, F.col(f"s{v}"), F.col(f"t{v}")))).alias(f"a{j}"))
+        if not _is_numeric(kind):
+            continue
+        change = _numeric_change(kind, F.col(f"s{v}"), F.col(f"t{v}"))
+        if isinstance(kind, DecimalType):  # a change or a sum past 38 digits is NULL, and marks the column
+            valid = changed[v] & F.col(f"s{v}").isNotNull() & F.col(f"t{v}").isNotNull()
+            aggs += [F.try_sum(F.when(changed[v], change)).alias(f"a{j}"),
+                     F.count_if(valid).alias(f"m{j}"), F.count_if(valid & change.isNull()).alias(f"e{j}")]
+        else:
+            aggs.append(F.sum(F.when(changed[v], change)).alias(f"a{j}"))
     return aggs
+
+
+def _past_digits(sums: dict, j: int) -> bool:
+    """Whether value column ``v{j}`` (a decimal) had a change, or a sum of changes, past the 38 digits Spark's
+    types hold in a partition's sums (``m{j}``: pairs with both values, ``e{j}``: those whose change did not
+    fit, ``a{j}``: their sum, NULL when it did not fit)."""
+    return bool(sums.get(f"e{j}")) or (bool(sums.get(f"m{j}")) and sums[f"a{j}"] is None)
 
 
 def _pair_sums(types: dict[str, DataType], outside: Sequence[str]) -> list[Column]:
@@ -404,6 +415,7 @@ def _driver_sums(rows: list[dict], types: dict[str, DataType], outside: Sequence
     for r in rows:
         by_key.setdefault(r["key"], ([], []))[0 if r["s"] else 1].append(r)
     numeric = {v for v, kind in types.items() if _is_numeric(kind)}
+    limits = {v: _decimal_limits(kind) for v, kind in types.items() if isinstance(kind, DecimalType)}
     sums: dict[object, dict] = {}
     for staged, current in by_key.values():
         first = (staged or current)[0]
@@ -411,6 +423,7 @@ def _driver_sums(rows: list[dict], types: dict[str, DataType], outside: Sequence
             sums[first["partition"]] = {"inserted": 0, "deleted": 0, "updated": 0, "unchanged": 0,
                                         "updated_outside": 0, **{f"n{v[1:]}": 0 for v in types},
                                         **{f"a{v[1:]}": None for v in numeric},
+                                        **{f"{c}{v[1:]}": 0 for v in limits for c in "me"},
                                         **{f"x{b}": None for b in range(SAMPLE_BUCKETS)}}
         d = sums[first["partition"]]
         changed = not (staged and current)
@@ -430,12 +443,30 @@ def _driver_sums(rows: list[dict], types: dict[str, DataType], outside: Sequence
                 d[f"n{v[1:]}"] += 1
                 if v in numeric and s[v] is not None and t[v] is not None:
                     change = _change_in_driver(types[v], s[v], t[v])
+                    if v in limits:
+                        d[f"m{v[1:]}"] += 1
+                        if change >= limits[v][0]:  # NULL in Spark's try_subtract: left out of the sum
+                            d[f"e{v[1:]}"] += 1
+                            continue
                     with localcontext(prec=100):  # a decimal sum of up to 38 digits, exact
                         d[f"a{v[1:]}"] = change if d[f"a{v[1:]}"] is None else d[f"a{v[1:]}"] + change
         if changed:
             bucket = f"x{first['h'] % SAMPLE_BUCKETS}"
             d[bucket] = first["h"] if d[bucket] is None else min(d[bucket], first["h"])
+    for d in sums.values():  # a sum of changes (each at least 0) past its type is NULL in Spark's try_sum
+        for v, (_, most) in limits.items():
+            if d[f"a{v[1:]}"] is not None and d[f"a{v[1:]}"] >= most:
+                d[f"a{v[1:]}"] = None
     return sums
+
+
+def _decimal_limits(kind: DecimalType) -> tuple[Decimal, Decimal]:
+    """The smallest change and the smallest sum of changes of a ``DECIMAL(p, s)`` column that Spark's types do
+    not hold: its difference is a ``DECIMAL(min(38, p + 1), s')`` (:func:`_change_in_driver` gives ``s'``) and
+    a sum of those a ``DECIMAL(min(38, p + 11), s')``."""
+    scale = kind.scale - 1 if kind.precision == 38 and kind.scale > 6 else kind.scale
+    digits = min(38, kind.precision + 1) - scale
+    return Decimal(10) ** digits, Decimal(10) ** (min(38, kind.precision + 11) - scale)
 
 
 def _sample_rows(both: DataFrame, ks: list[str], vs: list[str], part: Column, chosen: set[tuple]) -> DataFrame:

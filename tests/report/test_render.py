@@ -81,3 +81,19 @@ def test_a_bar_grows_from_zero_and_missing_values_draw_none(tmp_path):
     # Values span -10..10 over 180 px: +10 ends at the top (y 24), -10 starts at zero (y 114) and goes down 90.
     assert (float(up.get("y")), float(up.get("height"))) == (24.0, 90.0)
     assert (float(down.get("y")), float(down.get("height"))) == (114.0, 90.0)
+
+
+def test_column_totals_add_38_digit_sums_exactly_and_a_partition_without_a_sum_makes_the_total_unknown():
+    from backfill_lib.report.run_report import column_changes
+
+    nines = "9" * 38
+    diffs = {
+        "2024-03-10": {"changed_columns": '{"a": 1, "b": 1, "name": 2}', "abs_change": f'{{"a": "3", "b": "{nines}"}}'},
+        # a decimal change past 38 digits: the diff left "a" out of this partition's sums
+        "2024-03-11": {"changed_columns": '{"a": 2, "b": 1, "name": 0}', "abs_change": f'{{"b": "{nines}"}}'},
+        "2024-03-12": {"changed_columns": '{"a": 0, "b": 0, "name": 0}', "abs_change": '{"a": "0", "b": "0"}'},
+    }
+
+    changes = {c.column: (c.rows_changed, c.abs_change) for c in column_changes(diffs)}
+
+    assert changes == {"a": (3, None), "b": (2, Decimal("1" + "9" * 37 + "8")), "name": (2, None)}

@@ -155,3 +155,27 @@ def test_a_double_key_of_either_zero_sign_is_one_key_and_its_sample_reads_both_s
     assert d == PartitionDiff("2024-03-10", 0, 0, 1, 0, {"v": 1}, {"v": Decimal(1)}, (), 1)
     assert [(x["change"], x["key"]["id"], x["before"], x["after"]) for x in d.samples] == [
         ("updated", "-0.0", {"v": "1"}, {"v": "2"})]
+
+
+def test_a_decimal_change_or_sum_past_38_digits_is_left_out_of_abs_change_and_still_counted(spark):
+    # DECIMAL(38, 0): a change from -9E37 to 9E37 does not fit the difference's 38 digits; two changes of 6E37
+    # fit one by one, but not their sum; a DECIMAL(38, 2) column beside them keeps its sum (0.25 + 0.50).
+    schema = StructType([StructField("id", IntegerType()), StructField("dt", DateType()),
+                         StructField("a", DecimalType(38, 0)), StructField("b", DecimalType(38, 0)),
+                         StructField("c", DecimalType(38, 2))])
+    big, six = Decimal("9E37"), Decimal("6E37")
+    current = spark.createDataFrame([(1, D10, -big, Decimal(0), Decimal("1.25")),
+                                     (2, D10, Decimal(0), Decimal(0), Decimal("2.00")),
+                                     (3, D11, Decimal(1), Decimal(0), Decimal(0))], schema)
+    staged = spark.createDataFrame([(1, D10, big, six, Decimal("1.00")),
+                                    (2, D10, Decimal(0), six, Decimal("2.50")),
+                                    (3, D11, Decimal(4), Decimal(0), Decimal(0))], schema)
+
+    diffs = diff_by_key(staged, current, ["id"], "dt", ["a", "b", "c"])
+
+    assert diffs == {
+        "2024-03-10": PartitionDiff("2024-03-10", 0, 0, 2, 0, {"a": 1, "b": 2, "c": 2}, {"c": Decimal("0.75")},
+                                    (), 2),
+        "2024-03-11": PartitionDiff("2024-03-11", 0, 0, 1, 0, {"a": 1, "b": 0, "c": 0},
+                                    {"a": Decimal(3), "b": Decimal(0), "c": Decimal(0)}, (), 1),
+    }
