@@ -9,6 +9,7 @@ main thread never imports GX beside the background thread.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import sys
 import threading
@@ -19,7 +20,8 @@ _thread: threading.Thread | None = None
 
 
 def import_early() -> None:
-    """Start importing ``great_expectations`` in a daemon thread, once per process; return at once.
+    """Start importing ``great_expectations`` in a daemon thread, once per process; return at once. The process
+    waits for that import at its exit.
 
     Does nothing when GX is imported already or being imported. An import that fails in the thread is
     not reported there: :func:`great_expectations` imports again in the caller's thread, which raises it."""
@@ -29,6 +31,9 @@ def import_early() -> None:
             return
         _thread = threading.Thread(target=_import, name="gx-import", daemon=True)
         _thread.start()
+        # A process ending early (a refused request) waits for the import rather than stopping it halfway,
+        # holding module locks its own exit may need.
+        atexit.register(_thread.join)
 
 
 def _import() -> None:

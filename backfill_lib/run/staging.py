@@ -25,12 +25,13 @@ import threading
 from collections.abc import Callable
 from functools import reduce
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
 from backfill_lib.adapters.delta_log import live_metadata
-from backfill_lib.core.errors import PartitionError, SchemaMismatchError, StrayRowsError
+from backfill_lib.core.errors import LeaseError, PartitionError, SchemaMismatchError, StrayRowsError
 from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column, column_mapping_mode
@@ -52,6 +53,7 @@ class StagingTable:
 
     def __init__(self, plan: BackfillPlan, exists: bool, properties: dict[str, str] | None = None):
         self.name = plan.staging_table
+        self.run_id = plan.run_id
         self._exists = exists
         self._lock = threading.Lock()
         #: table properties the table is created with (:func:`staging_properties`)
@@ -66,11 +68,25 @@ class StagingTable:
                     writer = rows.writeTo(self.name).using("delta").partitionedBy(F.col(BATCH_COLUMN))
                     for key, value in self.properties.items():
                         writer = writer.tableProperty(key, value)
-                    writer.create()
+                    try:
+                        writer.create()
+                    except AnalysisException as exc:
+                        if ((getattr(exc, "getCondition", None) or exc.getErrorClass)() or "") \
+                                != "TABLE_OR_VIEW_ALREADY_EXISTS":
+                            raise
+                        raise self._created_elsewhere() from exc
                     self._exists = True
                     return
         # writeTo(...).overwrite(condition) is Delta's replaceWhere, without saveAsTable's catalog rewrite.
         rows.writeTo(self.name).overwrite(F.expr(condition))
+
+    def _created_elsewhere(self) -> LeaseError:
+        """The refusal of a run whose staging table another process created after this one found it missing:
+        the same run ID run twice at once (``run --run-id`` found the other's plan in the ledger and resumed
+        it, or both resumed it)."""
+        return LeaseError(f"run ID {self.run_id} was started by another process at the same moment, and it created "
+                          f"the run's staging table {self.name} first: that process runs it (`backfill status "
+                          f"{self.run_id}`); this one wrote nothing")
 
     @staticmethod
     def hold(rows: DataFrame) -> DataFrame:
