@@ -24,6 +24,12 @@ def first_line(exc: BaseException) -> str:
     return one_line(str(exc), None) or type(exc).__name__
 
 
+def error_condition(exc: BaseException) -> str:
+    """The error condition (class) name of a PySpark exception (``TABLE_OR_VIEW_ALREADY_EXISTS``), or ``""``."""
+    named = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    return (named() if named else None) or ""
+
+
 def failure_message(exc: BaseException, limit: int = MESSAGE_LIMIT) -> str:
     """The one-line message recorded for a failed run: a :class:`BackfillError`'s first line, any other error's
     type and first line (``unexpected Py4JJavaError: ...``), at most ``limit`` characters."""

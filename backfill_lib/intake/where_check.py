@@ -13,7 +13,7 @@ import json
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from backfill_lib.core.errors import IntakeError, first_line
+from backfill_lib.core.errors import IntakeError, error_condition, first_line
 from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.table_state import TableState
 from backfill_lib.intake.request import BackfillRequest
@@ -61,7 +61,7 @@ def check_where(spark: SparkSession, request: BackfillRequest, state: TableState
             df = empty.where(text)
             condition = df._jdf.queryExecution().analyzed().condition()
         except PySparkException as exc:
-            condition_name = (getattr(exc, "getCondition", None) or exc.getErrorClass)() or ""
+            condition_name = error_condition(exc)
             if condition_name.startswith("UNRESOLVED_COLUMN"):
                 missing = (exc.getMessageParameters() or {}).get("objectName", "?").strip("`")
                 raise IntakeError(f"{at}: '{text}' names column {missing}, which table {state.name} does not have "

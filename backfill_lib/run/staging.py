@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
 from backfill_lib.adapters.delta_log import live_metadata
-from backfill_lib.core.errors import LeaseError, PartitionError, SchemaMismatchError, StrayRowsError
+from backfill_lib.core.errors import LeaseError, PartitionError, SchemaMismatchError, StrayRowsError, error_condition
 from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column, column_mapping_mode
@@ -71,8 +71,7 @@ class StagingTable:
                     try:
                         writer.create()
                     except AnalysisException as exc:
-                        if ((getattr(exc, "getCondition", None) or exc.getErrorClass)() or "") \
-                                != "TABLE_OR_VIEW_ALREADY_EXISTS":
+                        if error_condition(exc) != "TABLE_OR_VIEW_ALREADY_EXISTS":
                             raise
                         raise self._created_elsewhere() from exc
                     self._exists = True

@@ -271,9 +271,13 @@ def _both_sides(staged: DataFrame, current: DataFrame, keys: list[str], value_co
 def _narrow(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
     """Each row of ``both`` as its key ``k0..``, ``s``, ``rh`` (the row hash over ``v0..``) and per value column
     ``v{j}`` its value if numeric (for the change's size), else its 64-bit hash."""
-    values = [(F.col(v) if _is_numeric(both.schema[v].dataType) else F.xxhash64(*hash_args(both, [v]))).alias(v)
-              for v in vs]
-    return both.select(*ks, "s", row_hash(both, vs).alias("rh"), *values)
+    return both.select(*ks, "s", row_hash(both, vs).alias("rh"), *_narrow_values(both, vs))
+
+
+def _narrow_values(both: DataFrame, vs: list[str]) -> list[Column]:
+    """Per value column ``v{j}`` of ``both``: its value if numeric (for the change's size), else its 64-bit hash."""
+    return [(F.col(v) if _is_numeric(both.schema[v].dataType) else F.xxhash64(*hash_args(both, [v]))).alias(v)
+            for v in vs]
 
 
 def _pairs(both: DataFrame, ks: list[str], vs: list[str]) -> DataFrame:
@@ -369,10 +373,8 @@ def _collected(both: DataFrame, ks: list[str], vs: list[str], part: Column) -> l
     """Every row of both sides, collected in one Spark job, as a dict: ``partition`` (raw, as ``part``),
     ``key`` (a tuple of :func:`_driver_keys`), ``s``, ``rh`` and ``v0..`` (as :func:`_narrow` makes them), ``h``
     (the key hash) and ``j`` (the row's text, as :func:`_sample_rows` makes it)."""
-    values = [(F.col(v) if _is_numeric(both.schema[v].dataType) else F.xxhash64(*hash_args(both, [v]))).alias(v)
-              for v in vs]
     frame = both.select(part, F.struct(*_driver_keys(both, ks)).alias("key"), "s", row_hash(both, vs).alias("rh"),
-                        *values, key_hash(both, ks).alias("h"),
+                        *_narrow_values(both, vs), key_hash(both, ks).alias("h"),
                         F.to_json(F.struct(*ks, *vs), {"ignoreNullFields": "false"}).alias("j"))
     return [{**r.asDict(), "key": tuple(r["key"])} for r in frame.collect()]
 
