@@ -23,6 +23,7 @@ import contextlib
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import reduce
 
 from pyspark.errors import AnalysisException
@@ -43,6 +44,28 @@ from backfill_lib.core.staging_mode import PINNED
 BATCH_COLUMN = "_backfill_batch"
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How one batch's pinned rows lie in the session's Spark partitions (read in the batch's count, no job of its
+    own): ``by_partition`` whether every target partition's rows are in one Spark partition, ``holders`` how many
+    Spark partitions hold rows when they are (else 0), ``partitions`` how many target partitions have rows."""
+
+    by_partition: bool
+    holders: int
+    partitions: int
+
+    def __add__(self, other: "Layout") -> "Layout":
+        # batches hold disjoint target partitions, each batch its own Spark partitions
+        return Layout(self.by_partition and other.by_partition, self.holders + other.holders,
+                      self.partitions + other.partitions)
+
+    def written_as_is(self, tasks: int) -> bool:
+        """Whether writing the rows as they lie writes each target partition as one file from one task, over at
+        least ``tasks`` tasks (or one per target partition, if fewer): as a repartition by the partition
+        columns into ``tasks`` tasks would, without its shuffle."""
+        return self.by_partition and self.holders >= min(tasks, self.partitions)
+
+
 class StagingTable:
     """Writes batches into the run's staging table (``exists``: whether it exists yet).
 
@@ -59,8 +82,9 @@ class StagingTable:
         #: table properties the table is created with (:func:`staging_properties`)
         self.properties = {"delta.appendOnly": "false", **(properties or {})}
 
-    def write(self, rows: DataFrame, condition: str) -> None:
-        """Write ``rows`` (with ``_backfill_batch``), replacing the staged rows that meet ``condition``."""
+    def write(self, rows: DataFrame, condition: str, layout: Layout | None = None) -> None:
+        """Write ``rows`` (with ``_backfill_batch``), replacing the staged rows that meet ``condition``
+        (``layout`` is not kept: the table's files are laid out by this write)."""
         if not self._exists:
             with self._lock:
                 if not self._exists:
@@ -107,6 +131,7 @@ class PinnedRows:
     def __init__(self, name: str):
         self.name = name
         self._batches: dict[str, DataFrame] = {}
+        self._layouts: dict[str, Layout | None] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -119,11 +144,19 @@ class PinnedRows:
     def let_go(rows: DataFrame) -> None:
         """Nothing: the pinned rows are the staged rows until the run ends (:func:`release_pinned`)."""
 
-    def write(self, rows: DataFrame, condition: str) -> None:
+    def write(self, rows: DataFrame, condition: str, layout: Layout | None = None) -> None:
         """Keep ``rows`` (pinned by :meth:`hold`, with ``_backfill_batch``) as the batch that ``condition`` names,
-        replacing its earlier rows."""
+        replacing its earlier rows; ``layout``: how they lie (``None``: not known)."""
         with self._lock:
             self._batches[condition] = rows
+            self._layouts[condition] = layout
+
+    def layout(self) -> Layout | None:
+        """How every pinned batch's rows lie together (in :meth:`rows`), or ``None`` when a batch's is not known
+        or nothing is pinned."""
+        with self._lock:
+            layouts = list(self._layouts.values())
+        return None if not layouts or None in layouts else reduce(lambda a, b: a + b, layouts)
 
     @property
     def holds_rows(self) -> bool:
@@ -154,6 +187,14 @@ def pinned(name: str | None) -> bool:
     with _PINNED_LOCK:
         held = _PINNED.get(name)
     return held is not None and held.holds_rows
+
+
+def pinned_layout(name: str) -> Layout | None:
+    """How the rows this process pinned under the staging table name ``name`` lie (:meth:`PinnedRows.layout`);
+    ``None`` for a staging table or when it is not known."""
+    with _PINNED_LOCK:
+        held = _PINNED.get(name)
+    return None if held is None else held.layout()
 
 
 def release_pinned(name: str) -> None:
@@ -295,13 +336,19 @@ def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: Stagin
     try:
         in_range = F.coalesce(F.expr(plan.partition_predicate([p.partition for p in batch.partitions])), F.lit(False))
         in_where = F.lit(True) if plan.where is None else F.coalesce(F.expr(f"({plan.where.sql})"), F.lit(False))
-        counted = df.groupBy(keys.expr().alias("p"), in_range.alias("in_range"), in_where.alias("in_where")).count().collect()
+        # Each group's Spark partition ids (the held rows' own: no shuffle comes before), for the layout the
+        # publishing write may keep (Layout.written_as_is); projected first, as Spark refuses a nondeterministic
+        # expression inside an aggregate.
+        counted = (df.select(keys.expr().alias("p"), in_range.alias("in_range"), in_where.alias("in_where"),
+                             F.spark_partition_id().alias("pid"))
+                   .groupBy("p", "in_range", "in_where")
+                   .agg(F.count("*").alias("count"), F.min("pid").alias("lo"), F.max("pid").alias("hi")).collect())
         stray = [r for r in counted if not (r["in_range"] and r["in_where"])]
         if stray:
             raise StrayRowsError(_stray_message(plan, batch, stray))
         before_write()
         staging.write(df.withColumn(BATCH_COLUMN, F.lit(batch.index).cast("int")),
-                      f"{BATCH_COLUMN} = {batch.index} AND ({predicate})")
+                      f"{BATCH_COLUMN} = {batch.index} AND ({predicate})", _layout(counted))
     finally:
         staging.let_go(df)
     rows: dict[str | None, int] = {}
@@ -309,6 +356,16 @@ def stage_batch(plan: BackfillPlan, batch: Batch, df: DataFrame, staging: Stagin
         rows[r["p"]] = rows.get(r["p"], 0) + int(r["count"])
     rows = keys.rekey(rows)
     return {key: rows.get(key, 0) for key in batch.keys}
+
+
+def _layout(counted: list) -> Layout:
+    """The :class:`Layout` of a batch's rows from :func:`stage_batch`'s groups (``p``, ``lo``, ``hi``)."""
+    spans: dict[object, tuple[int, int]] = {}
+    for r in counted:
+        lo, hi = spans.get(r["p"], (r["lo"], r["hi"]))
+        spans[r["p"]] = (min(lo, r["lo"]), max(hi, r["hi"]))
+    by_partition = all(lo == hi for lo, hi in spans.values())
+    return Layout(by_partition, len({lo for lo, _ in spans.values()}) if by_partition else 0, len(spans))
 
 
 def _stray_message(plan: BackfillPlan, batch: Batch, stray: list) -> str:

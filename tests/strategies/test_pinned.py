@@ -2,11 +2,14 @@
 
 import json
 
+import pytest
 from chispa import assert_df_equality
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.ledger import Ledger
+from backfill_lib.run.staging import Layout, pinned_layout
 from backfill_lib.runner import prepare
+from backfill_lib.strategies import recompute
 from tests.conftest import INTERPRETED, quiet_runner
 from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, TARGET_ROWS, events_request, make_events
 
@@ -35,6 +38,28 @@ def test_a_pinned_recompute_publishes_the_validated_rows_in_one_commit_and_write
     assert stored["staging_mode"] == "pinned"
     report = (settings.runs_dir / plan.run_id / "report.md").read_text()
     assert "staged rows pinned in the run's Spark session" in report
+
+
+@pytest.mark.parametrize("hint, layout", [
+    ("REPARTITION_BY_RANGE(2, dt)", Layout(True, 2, 2)),  # each day's rows in a Spark partition of their own
+    ("REPARTITION(3)", Layout(False, 0, 2)),  # round robin: each day's rows spread over three
+])
+def test_pinned_rows_that_lie_by_partition_are_published_as_they_lie_else_repartitioned_one_file_a_partition_either_way(
+        spark, settings, db, tmp_path, monkeypatch, hint, layout):
+    make_events(spark, db, SOURCE)
+    seen = []
+    monkeypatch.setattr(recompute, "pinned_layout", lambda name: seen.append(pinned_layout(name)) or seen[-1])
+    sql = f"SELECT /*+ {hint} */ id, dt, v * 10 AS v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end"
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, sql=sql, staging="pinned"))
+    result = quiet_runner(spark, settings).run(plan, state)
+
+    assert result.status == "published"
+    assert seen == [layout]
+    expected = [r for r in TARGET_ROWS if r[1] == D8] + [(i, d, v * 10) for i, d, v in SOURCE]
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+    added = spark.sql(f"DESCRIBE HISTORY {db}.events LIMIT 1").first()["operationMetrics"]["numFiles"]
+    assert added == "2"
 
 
 def test_a_pinned_patch_merges_the_corrected_rows(spark, settings, db, tmp_path):
