@@ -14,6 +14,10 @@ share one catalog, as they would a cluster's Hive metastore. Before the JVM star
    lazily (``datanucleus.schema.autoCreateAll``) deadlocks on PostgreSQL: one connection adds a foreign key to
    a table another holds in an open transaction. The session then runs with ``autoCreateAll`` off. Done when the
    login finds no ``DBS`` table.
+4. the schema version row (Hive's ``VERSION`` table) is written once, by the login, under an advisory lock of the
+   database. Hive clients recording it themselves race: two processes starting together on a new metastore each
+   added a row, and every later client refused to start ("Unable to instantiate SessionHiveMetaStoreClient").
+   A second row left by that race is removed.
 """
 
 from __future__ import annotations
@@ -41,18 +45,20 @@ CONNECT_TIMEOUT_SECONDS = 10
 #: seconds SchemaTool has to create the tables
 SCHEMA_TIMEOUT_SECONDS = 300
 CLASS_PATH = "spark.driver.extraClassPath"
+#: the PostgreSQL advisory lock under which the schema version row is written (any fixed 64-bit number)
+VERSION_LOCK = 0x6261636B66696C6C
 
 
 def metastore_options(url: str) -> dict[str, str]:
     """The Spark options of a session whose Hive client keeps its catalog in the PostgreSQL database at ``url``.
-    Pure. The tables are expected to exist (:func:`prepare_metastore`), so none is created lazily; the schema
-    version is recorded on first use rather than verified (SchemaTool records none)."""
+    Pure. The tables and the schema version are expected to exist (:func:`prepare_metastore`), so the client
+    creates none lazily and records no version."""
     return {
         "spark.hadoop.javax.jdo.option.ConnectionURL": _with_timeouts(url),
         "spark.hadoop.javax.jdo.option.ConnectionDriverName": DRIVER_CLASS,
         "spark.hadoop.datanucleus.schema.autoCreateAll": "false",
         "spark.hadoop.hive.metastore.schema.verification": "false",
-        "spark.hadoop.hive.metastore.schema.verification.record.version": "true",
+        "spark.hadoop.hive.metastore.schema.verification.record.version": "false",
     }
 
 
@@ -88,7 +94,7 @@ def prepare_metastore(settings: Settings, options: dict[str, str]) -> None:
 
 def _log_in(where: MetastoreUrl) -> bool:
     """Log in to the database of ``where`` as its URL says (pg8000, no JVM) and tell whether it holds the
-    metastore's tables (Hive's ``DBS``)."""
+    metastore's tables (Hive's ``DBS``); when it does, leave one schema version row (:func:`_one_version`)."""
     from urllib.parse import parse_qs, unquote, urlsplit
 
     try:
@@ -105,16 +111,64 @@ def _log_in(where: MetastoreUrl) -> bool:
         connection = pg8000.native.Connection(user, host=where.host, port=where.port, database=where.database,
                                               password=password, timeout=CONNECT_TIMEOUT_SECONDS)
     except DatabaseError as exc:
-        detail = exc.args[0] if exc.args else exc
-        message = detail.get("M", detail) if isinstance(detail, dict) else detail
-        raise MetastoreError(f"metastore_url {where.shown}: the database refused the login: {message}") from None
+        raise MetastoreError(f"metastore_url {where.shown}: the database refused the login: {_message(exc)}") from None
     except (InterfaceError, OSError) as exc:
         raise MetastoreError(f"metastore_url {where.shown}: no answer from {where.host}:{where.port} "
                              f"(waited at most {CONNECT_TIMEOUT_SECONDS} s): {exc}") from None
     try:
-        return bool(connection.run("""SELECT to_regclass('"DBS"') IS NOT NULL""")[0][0])
+        has_tables = bool(connection.run("""SELECT to_regclass('"DBS"') IS NOT NULL""")[0][0])
+        if has_tables and connection.run("""SELECT to_regclass('"VERSION"') IS NOT NULL""")[0][0]:
+            try:
+                _one_version(connection)
+            except DatabaseError as exc:
+                raise MetastoreError(f"metastore_url {where.shown}: could not write the schema version: "
+                                     f"{_message(exc)}") from None
+        return has_tables
     finally:
         connection.close()
+
+
+def _message(exc: Exception) -> object:
+    """PostgreSQL's own message of a pg8000 ``DatabaseError``."""
+    detail = exc.args[0] if exc.args else exc
+    return detail.get("M", detail) if isinstance(detail, dict) else detail
+
+
+def _one_version(connection) -> None:
+    """Leave exactly one row in Hive's ``VERSION`` table (:func:`schema_version`), in one transaction under an
+    advisory lock, so that processes logging in together write it once."""
+    connection.run("BEGIN")
+    try:
+        connection.run("SELECT pg_advisory_xact_lock(:key)", key=VERSION_LOCK)
+        rows = connection.run('SELECT "VER_ID" FROM "VERSION" ORDER BY "VER_ID"')
+        if not rows:
+            connection.run('INSERT INTO "VERSION" ("VER_ID", "SCHEMA_VERSION", "VERSION_COMMENT") '
+                           "VALUES (1, :version, 'Set by delta-backfill')", version=schema_version())
+        elif len(rows) > 1:
+            connection.run('DELETE FROM "VERSION" WHERE "VER_ID" <> :first', first=rows[0][0])
+        connection.run("COMMIT")
+    except BaseException:
+        connection.run("ROLLBACK")
+        raise
+
+
+def schema_version() -> str:
+    """The metastore schema version of Spark's built-in Hive client: ``X.Y.0`` of its ``hive-metastore-X.Y.Z``
+    jar (``2.3.0`` for Hive 2.3.10), as the client itself would record it."""
+    jar = _metastore_jar()
+    major, minor = jar.name[len("hive-metastore-"):-len(".jar")].split(".")[:2]
+    return f"{major}.{minor}.0"
+
+
+def _metastore_jar() -> Path:
+    from pyspark.find_spark_home import _find_spark_home
+
+    spark_jars = Path(_find_spark_home()) / "jars"
+    found = sorted(spark_jars.glob("hive-metastore-*.jar"))
+    if not found:
+        raise MetastoreError(f"no hive-metastore jar in {spark_jars}: this Spark has no Hive client for "
+                             "metastore_url")
+    return found[-1]
 
 
 def driver_jar(options: dict[str, str]) -> Path:
@@ -154,23 +208,19 @@ def _create_tables(settings: Settings, where: MetastoreUrl, jar: Path) -> None:
         fcntl.lockf(lock, fcntl.LOCK_EX)
         if not _log_in(where):
             _run_schema_tool(where, jar)
+            _log_in(where)  # now with tables: writes the schema version
 
 
 def _run_schema_tool(where: MetastoreUrl, jar: Path) -> None:
     """``SchemaTool -create`` of the Hive client's mapping against ``where``: creates the tables that are missing
     and leaves the others (a second run changes nothing)."""
-    from pyspark.find_spark_home import _find_spark_home
-
     from backfill_lib.adapters.jvm_archive import _java_binary
 
-    spark_jars = Path(_find_spark_home()) / "jars"
-    metastore_jars = sorted(spark_jars.glob("hive-metastore-*.jar"))
-    if not metastore_jars:
-        raise MetastoreError(f"no hive-metastore jar in {spark_jars}: this Spark has no Hive client for "
-                             "metastore_url")
+    metastore_jar = _metastore_jar()
+    spark_jars = metastore_jar.parent
     with tempfile.TemporaryDirectory(prefix="backfill-metastore-") as folder:
         mapping = Path(folder) / "package.jdo"
-        with zipfile.ZipFile(metastore_jars[-1]) as archive:
+        with zipfile.ZipFile(metastore_jar) as archive:
             mapping.write_bytes(archive.read("package.jdo"))
         properties = Path(folder) / "datanucleus.properties"
         properties.write_text("\n".join([

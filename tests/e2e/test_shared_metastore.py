@@ -13,6 +13,8 @@ Spark start each; the first two create the tables, and the metastore's own by Sc
    which one is killed (SIGKILL) right before its commit and the other publishes (03-10); the process of the
    abandoned run then resumes the killed one (03-08).
 
+The metastore then holds one schema version row, though the first processes started together on it.
+
 Tables and ledger are read by path from the test session afterwards (exact rows, statuses and commits).
 """
 
@@ -106,7 +108,8 @@ class Team:
             for name in names:
                 if (self.home / f"{name}.paused").exists():
                     return name
-            assert any(procs[n].poll() is None for n in names), "every process ended before pausing"
+            assert any(procs[n].poll() is None for n in names), "every process ended before pausing: " + " | ".join(
+                f"{n}: {(self.home / f'{n}.err').read_text()[-2000:]}" for n in names)
             assert time.monotonic() < deadline, "no process paused after staging"
             time.sleep(0.2)
 
@@ -158,6 +161,7 @@ def story(tmp_path_factory):
         team.release("ab")
         steps["release"] = team.finish(procs)
         steps["metastore_tables"] = psql(url, 'SELECT "TBL_NAME" FROM "TBLS" ORDER BY 1')
+        steps["versions"] = psql(url, 'SELECT * FROM "VERSION"')
         yield team, steps
 
 
@@ -239,6 +243,20 @@ def test_a_run_killed_before_its_commit_resumes_beside_a_survivor_and_nothing_is
 def test_the_tables_are_in_the_shared_metastore(story):
     _, steps = story
     assert {"events", "events_src", "runs"} <= set(steps["metastore_tables"]), steps["metastore_tables"]
+
+
+def test_processes_starting_together_leave_one_schema_version_and_a_second_row_is_removed_at_the_next_start(
+        story, tmp_path):
+    from backfill_lib.adapters.metastore import prepare_metastore
+    from backfill_lib.core.settings import Settings
+
+    team, steps = story
+    # Hive clients recording the version themselves each added a row when two started together on a new
+    # metastore, and every later client failed to start
+    assert steps["versions"] == ["1|2.3.0|Set by delta-backfill"]
+    psql(team.url, """INSERT INTO "VERSION" VALUES (6, '2.3.0', 'Set by MetaStore UNKNOWN@127.0.0.1')""")
+    prepare_metastore(Settings(home=tmp_path, metastore_url=team.url), {})
+    assert psql(team.url, 'SELECT * FROM "VERSION"') == ["1|2.3.0|Set by delta-backfill"]
 
 
 def test_a_login_the_database_refuses_is_one_line_before_spark_starts(story, tmp_path):
