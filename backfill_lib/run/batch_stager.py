@@ -92,6 +92,8 @@ class BatchStager:
             rows.update(self._run_all(plan, casts, reporter, todo, concurrency, staging, durable_at))
         finally:
             reporter.stop_partitions()
+        if staging is not None:
+            staging.gather()
         return rows
 
     def _run_all(self, plan, casts, reporter, todo: list[Batch], concurrency: int, staging: StagingTable | None,

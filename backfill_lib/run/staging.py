@@ -42,28 +42,42 @@ from backfill_lib.core.staging_mode import PINNED
 
 #: The staging table's partition column: the plan's batch index (INT). Not a column of the target.
 BATCH_COLUMN = "_backfill_batch"
+#: Up to how many pinned rows a run gathers into one Spark partition once staged (:meth:`PinnedRows.gather`): so
+#: few that one task reads or writes them in a moment, where every aggregation of rows spread over several Spark
+#: partitions adds a shuffle stage, a Spark job of its own (GX's metrics, the audits' aggregations, the
+#: publishing repartition)
+SMALL_PIN_ROWS = 20_000
 
 
 @dataclass(frozen=True)
 class Layout:
     """How one batch's pinned rows lie in the session's Spark partitions (read in the batch's count, no job of its
     own): ``by_partition`` whether every target partition's rows are in one Spark partition, ``holders`` how many
-    Spark partitions hold rows when they are (else 0), ``partitions`` how many target partitions have rows."""
+    Spark partitions hold rows when they are (else 0), ``partitions`` how many target partitions have rows,
+    ``rows`` how many rows."""
 
     by_partition: bool
     holders: int
     partitions: int
+    rows: int = 0
 
     def __add__(self, other: "Layout") -> "Layout":
         # batches hold disjoint target partitions, each batch its own Spark partitions
         return Layout(self.by_partition and other.by_partition, self.holders + other.holders,
-                      self.partitions + other.partitions)
+                      self.partitions + other.partitions, self.rows + other.rows)
+
+    @property
+    def gathered(self) -> bool:
+        """Whether every row lies in one Spark partition (or there is none)."""
+        return self.by_partition and self.holders <= 1
 
     def written_as_is(self, tasks: int) -> bool:
         """Whether writing the rows as they lie writes each target partition as one file from one task, over at
         least ``tasks`` tasks (or one per target partition, if fewer): as a repartition by the partition
-        columns into ``tasks`` tasks would, without its shuffle."""
-        return self.by_partition and self.holders >= min(tasks, self.partitions)
+        columns into ``tasks`` tasks would, without its shuffle. Rows all in one Spark partition, at most
+        :data:`SMALL_PIN_ROWS`, are written by that one task."""
+        return self.by_partition and (self.holders >= min(tasks, self.partitions)
+                                      or self.gathered and self.rows <= SMALL_PIN_ROWS)
 
 
 class StagingTable:
@@ -81,6 +95,9 @@ class StagingTable:
         self._lock = threading.Lock()
         #: table properties the table is created with (:func:`staging_properties`)
         self.properties = {"delta.appendOnly": "false", **(properties or {})}
+
+    def gather(self) -> None:
+        """Nothing: the staging table's files are read as they lie (see :meth:`PinnedRows.gather`)."""
 
     def write(self, rows: DataFrame, condition: str, layout: Layout | None = None) -> None:
         """Write ``rows`` (with ``_backfill_batch``), replacing the staged rows that meet ``condition``
@@ -150,6 +167,21 @@ class PinnedRows:
         with self._lock:
             self._batches[condition] = rows
             self._layouts[condition] = layout
+
+    def gather(self) -> None:
+        """Once every batch is staged: pin the rows of every batch again as one Spark partition when they are at
+        most :data:`SMALL_PIN_ROWS` and lie in more than one (one Spark job, over the rows already pinned), so
+        that every later read (the audits, GX, the publishing write) aggregates them without a shuffle."""
+        layout = self.layout()
+        if layout is None or layout.gathered or layout.rows > SMALL_PIN_ROWS:
+            return
+        with self._lock:
+            batches = list(self._batches.values())
+        # eager: the rows are read from the batches' pins while they are still held
+        rows = reduce(lambda a, b: a.unionByName(b), batches).coalesce(1).localCheckpoint(eager=True)
+        with self._lock:
+            self._batches = {"every batch": rows}
+            self._layouts = {"every batch": Layout(True, 1, layout.partitions, layout.rows)}
 
     def layout(self) -> Layout | None:
         """How every pinned batch's rows lie together (in :meth:`rows`), or ``None`` when a batch's is not known
@@ -365,7 +397,8 @@ def _layout(counted: list) -> Layout:
         lo, hi = spans.get(r["p"], (r["lo"], r["hi"]))
         spans[r["p"]] = (min(lo, r["lo"]), max(hi, r["hi"]))
     by_partition = all(lo == hi for lo, hi in spans.values())
-    return Layout(by_partition, len({lo for lo, _ in spans.values()}) if by_partition else 0, len(spans))
+    return Layout(by_partition, len({lo for lo, _ in spans.values()}) if by_partition else 0, len(spans),
+                  sum(int(r["count"]) for r in counted))
 
 
 def _stray_message(plan: BackfillPlan, batch: Batch, stray: list) -> str:

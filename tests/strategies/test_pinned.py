@@ -7,6 +7,7 @@ from chispa import assert_df_equality
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.ledger import Ledger
+from backfill_lib.run import staging
 from backfill_lib.run.staging import Layout, pinned_layout
 from backfill_lib.runner import prepare
 from backfill_lib.strategies import recompute
@@ -41,11 +42,12 @@ def test_a_pinned_recompute_publishes_the_validated_rows_in_one_commit_and_write
 
 
 @pytest.mark.parametrize("hint, layout", [
-    ("REPARTITION_BY_RANGE(2, dt)", Layout(True, 2, 2)),  # each day's rows in a Spark partition of their own
-    ("REPARTITION(3)", Layout(False, 0, 2)),  # round robin: each day's rows spread over three
+    ("REPARTITION_BY_RANGE(2, dt)", Layout(True, 2, 2, 8)),  # each day's rows in a Spark partition of their own
+    ("REPARTITION(3)", Layout(False, 0, 2, 8)),  # round robin: each day's rows spread over three
 ])
 def test_pinned_rows_that_lie_by_partition_are_published_as_they_lie_else_repartitioned_one_file_a_partition_either_way(
         spark, settings, db, tmp_path, monkeypatch, hint, layout):
+    monkeypatch.setattr(staging, "SMALL_PIN_ROWS", 0)  # as many rows as a large run's: none gathered
     make_events(spark, db, SOURCE)
     seen = []
     monkeypatch.setattr(recompute, "pinned_layout", lambda name: seen.append(pinned_layout(name)) or seen[-1])
@@ -60,6 +62,32 @@ def test_pinned_rows_that_lie_by_partition_are_published_as_they_lie_else_repart
                        ignore_row_order=True, ignore_nullable=True)
     added = spark.sql(f"DESCRIBE HISTORY {db}.events LIMIT 1").first()["operationMetrics"]["numFiles"]
     assert added == "2"
+
+
+@pytest.mark.parametrize("small, layout", [
+    (20_000, Layout(True, 1, 2, 8)),  # few rows: gathered into one Spark partition, written by its one task
+    (7, Layout(False, 0, 2, 8)),  # more than "few": left spread, repartitioned
+])
+def test_few_pinned_rows_spread_over_spark_partitions_are_gathered_into_one_once_staged(
+        spark, settings, db, tmp_path, monkeypatch, small, layout):
+    monkeypatch.setattr(staging, "SMALL_PIN_ROWS", small)
+    make_events(spark, db, SOURCE)
+    seen = []
+    monkeypatch.setattr(recompute, "pinned_layout", lambda name: seen.append(pinned_layout(name)) or seen[-1])
+    sql = (f"SELECT /*+ REPARTITION(3) */ id, dt, v * 10 AS v FROM {db}.events_src "
+           "WHERE dt >= :range_start AND dt < :range_end")
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, sql=sql, staging="pinned",
+                                                          batch_size=1))
+    result = quiet_runner(spark, settings).run(plan, state)
+
+    assert result.status == "published"
+    assert seen == [layout]  # two batches of one day, each spread over three Spark partitions
+    expected = [r for r in TARGET_ROWS if r[1] == D8] + [(i, d, v * 10) for i, d, v in SOURCE]
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+    assert spark.sql(f"DESCRIBE HISTORY {db}.events LIMIT 1").first()["operationMetrics"]["numFiles"] == "2"
+    assert [(c.partition, c.success) for c in result.checks if c.kind == "post_publish"][1:] == [
+        ("2024-03-09", True), ("2024-03-10", True)]
 
 
 def test_a_pinned_patch_merges_the_corrected_rows(spark, settings, db, tmp_path):

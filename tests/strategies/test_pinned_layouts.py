@@ -5,6 +5,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql.types import DateType, IntegerType, StringType, StructField, StructType
 
+from backfill_lib.run import staging
 from backfill_lib.run.staging import Layout, pinned_layout
 from backfill_lib.runner import prepare
 from backfill_lib.strategies import recompute
@@ -26,6 +27,7 @@ def _make(spark, db):
 
 def _run(spark, settings, db, tmp_path, monkeypatch, hint, start, end, where=None, **extra):
     seen = []
+    monkeypatch.setattr(staging, "SMALL_PIN_ROWS", 0)  # as many rows as a large run's: none gathered
     monkeypatch.setattr(recompute, "pinned_layout", lambda name: seen.append(pinned_layout(name)) or seen[-1])
     filt = f" AND ({where})" if where else ""
     sql = (f"SELECT /*+ {hint} */ id, dt, region, v * 10 AS v FROM {db}.events_src "
@@ -48,8 +50,8 @@ def _check(spark, db, expected, files):
 
 
 @pytest.mark.parametrize("hint, layout", [
-    ("REPARTITION_BY_RANGE(2, dt)", Layout(True, 2, 2)),  # each day in its own Spark partition: as they lie
-    ("REPARTITION(1)", Layout(True, 1, 2)),  # both days in one Spark partition: too few tasks, repartitioned
+    ("REPARTITION_BY_RANGE(2, dt)", Layout(True, 2, 2, 7)),  # each day in its own Spark partition: as they lie
+    ("REPARTITION(1)", Layout(True, 1, 2, 7)),  # both days in one Spark partition: too few tasks, repartitioned
 ])
 def test_two_partition_columns_publish_one_file_per_dt_region_pair(spark, settings, db, tmp_path, monkeypatch,
                                                                    hint, layout):
@@ -64,7 +66,7 @@ def test_two_partition_columns_with_where_replace_only_the_where_pairs(spark, se
     _make(spark, db)
     seen = _run(spark, settings, db, tmp_path, monkeypatch, "REPARTITION_BY_RANGE(2, dt)", D9, D10,
                 where="region = 'EU'")
-    assert seen == [Layout(True, 2, 2)]
+    assert seen == [Layout(True, 2, 2, 3)]
     expected = ([r for r in TARGET if r[1] == D8 or r[2] != "EU"]
                 + [(3, D9, "EU", 300), (5, D9, "EU", 500), (6, D10, "EU", 600)])
     _check(spark, db, expected, 2)  # D9/EU, D10/EU
@@ -74,7 +76,7 @@ def test_two_partition_columns_in_batches_with_where(spark, settings, db, tmp_pa
     _make(spark, db)
     seen = _run(spark, settings, db, tmp_path, monkeypatch, "REPARTITION_BY_RANGE(2, dt)", D8, D10,
                 where="region <> 'EU'", batch_size=1)
-    assert seen == [Layout(True, 3, 3)]
+    assert seen == [Layout(True, 3, 3, 5)]
     expected = ([r for r in TARGET if r[2] == "EU"]
                 + [(2, D8, "US", 200), (4, D9, "US", 400), (10, D9, "APAC", 1000), (7, D10, "US", 700),
                    (9, D10, "US", 900)])
