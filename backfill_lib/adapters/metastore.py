@@ -22,6 +22,7 @@ share one catalog, as they would a cluster's Hive metastore. Before the JVM star
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import getpass
 import hashlib
@@ -94,7 +95,8 @@ def prepare_metastore(settings: Settings, options: dict[str, str]) -> None:
 
 def _log_in(where: MetastoreUrl) -> bool:
     """Log in to the database of ``where`` as its URL says (pg8000, no JVM) and tell whether it holds the
-    metastore's tables (Hive's ``DBS``); when it does, leave one schema version row (:func:`_one_version`)."""
+    metastore's tables (Hive's ``DBS`` and ``VERSION``); when it does, leave one schema version row
+    (:func:`_one_version`)."""
     from urllib.parse import parse_qs, unquote, urlsplit
 
     try:
@@ -116,16 +118,23 @@ def _log_in(where: MetastoreUrl) -> bool:
         raise MetastoreError(f"metastore_url {where.shown}: no answer from {where.host}:{where.port} "
                              f"(waited at most {CONNECT_TIMEOUT_SECONDS} s): {exc}") from None
     try:
-        has_tables = bool(connection.run("""SELECT to_regclass('"DBS"') IS NOT NULL""")[0][0])
-        if has_tables and connection.run("""SELECT to_regclass('"VERSION"') IS NOT NULL""")[0][0]:
+        # both: SchemaTool creates VERSION among the others, and adds what a stopped creation left missing
+        has_tables = bool(connection.run("""SELECT to_regclass('"DBS"') IS NOT NULL
+                                            AND to_regclass('"VERSION"') IS NOT NULL""")[0][0])
+        if has_tables:
             try:
                 _one_version(connection)
             except DatabaseError as exc:
                 raise MetastoreError(f"metastore_url {where.shown}: could not write the schema version: "
                                      f"{_message(exc)}") from None
+            except (InterfaceError, OSError) as exc:
+                raise MetastoreError(f"metastore_url {where.shown}: no answer from {where.host}:{where.port} "
+                                     f"while writing the schema version (waited at most "
+                                     f"{CONNECT_TIMEOUT_SECONDS} s): {exc}") from None
         return has_tables
     finally:
-        connection.close()
+        with contextlib.suppress(Exception):  # a connection that failed mid-statement may not close cleanly
+            connection.close()
 
 
 def _message(exc: Exception) -> object:
@@ -137,18 +146,22 @@ def _message(exc: Exception) -> object:
 def _one_version(connection) -> None:
     """Leave exactly one row in Hive's ``VERSION`` table (:func:`schema_version`), in one transaction under an
     advisory lock, so that processes logging in together write it once."""
-    connection.run("BEGIN")
+    # READ COMMITTED whatever the database's default: each statement then sees what a process that held the lock
+    # before committed (a snapshot taken at the lock's wait would not)
+    connection.run("BEGIN ISOLATION LEVEL READ COMMITTED")
     try:
         connection.run("SELECT pg_advisory_xact_lock(:key)", key=VERSION_LOCK)
         rows = connection.run('SELECT "VER_ID" FROM "VERSION" ORDER BY "VER_ID"')
         if not rows:
             connection.run('INSERT INTO "VERSION" ("VER_ID", "SCHEMA_VERSION", "VERSION_COMMENT") '
-                           "VALUES (1, :version, 'Set by delta-backfill')", version=schema_version())
+                           "VALUES (1, :version, 'Set by delta-backfill') ON CONFLICT DO NOTHING",
+                           version=schema_version())
         elif len(rows) > 1:
             connection.run('DELETE FROM "VERSION" WHERE "VER_ID" <> :first', first=rows[0][0])
         connection.run("COMMIT")
     except BaseException:
-        connection.run("ROLLBACK")
+        with contextlib.suppress(Exception):  # the error that got here is the one to report
+            connection.run("ROLLBACK")
         raise
 
 

@@ -257,6 +257,11 @@ def test_processes_starting_together_leave_one_schema_version_and_a_second_row_i
     psql(team.url, """INSERT INTO "VERSION" VALUES (6, '2.3.0', 'Set by MetaStore UNKNOWN@127.0.0.1')""")
     prepare_metastore(Settings(home=tmp_path, metastore_url=team.url), {})
     assert psql(team.url, 'SELECT * FROM "VERSION"') == ["1|2.3.0|Set by delta-backfill"]
+    # a creation stopped before VERSION: SchemaTool adds the missing table, then the row is written
+    psql(team.url, 'DROP TABLE "VERSION"')
+    prepare_metastore(Settings(home=tmp_path, metastore_url=team.url), {})
+    assert psql(team.url, 'SELECT * FROM "VERSION"') == ["1|2.3.0|Set by delta-backfill"]
+    assert {"events", "events_src", "runs"} <= set(psql(team.url, 'SELECT "TBL_NAME" FROM "TBLS"'))
 
 
 def test_a_login_the_database_refuses_is_one_line_before_spark_starts(story, tmp_path):
