@@ -13,7 +13,7 @@ share one catalog, as they would a cluster's Hive metastore. Before the JVM star
    client ships (``package.jdo`` in Spark's ``hive-metastore`` jar). Creating them
    lazily (``datanucleus.schema.autoCreateAll``) deadlocks on PostgreSQL: one connection adds a foreign key to
    a table another holds in an open transaction. The session then runs with ``autoCreateAll`` off. Done when the
-   login finds no ``DBS`` table.
+   login finds no ``DBS`` or no ``VERSION`` table.
 4. the schema version row (Hive's ``VERSION`` table) is written once, by the login, under an advisory lock of the
    database. Hive clients recording it themselves race: two processes starting together on a new metastore each
    added a row, and every later client refused to start ("Unable to instantiate SessionHiveMetaStoreClient").
@@ -81,8 +81,8 @@ def prepare_metastore(settings: Settings, options: dict[str, str]) -> None:
     ------
     MetastoreError
         When the database does not answer within :data:`CONNECT_TIMEOUT_SECONDS`, refuses the login (a wrong
-        password, user or database name: PostgreSQL's own message), the driver cannot be fetched, or SchemaTool
-        fails (its last line in the message); the URL is shown without its password.
+        password, user or database name: PostgreSQL's own message) or the schema version row, the driver cannot
+        be fetched, or SchemaTool fails (its last line in the message); the URL is shown without its password.
     """
     where = parse_metastore_url(settings.metastore_url)
     has_tables = _log_in(where)
