@@ -167,6 +167,13 @@ class LeaseError(IntakeError):
     the message names it, its owner and status, and the ways on. Nothing was staged. Exit code 2."""
 
 
+class StagingLocationError(BackfillError):
+    """A run's staging table could not be created: its location holds files but no Delta table, and no other
+    process registered the table there; the message names the folder to remove. Nothing was written. Exit code 2."""
+
+    exit_code = 2
+
+
 class RunNotFoundError(BackfillError):
     """No run with the given run ID exists in the ledger. Exit code 2."""
 

@@ -26,13 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.storagelevel import StorageLevel
 
 from backfill_lib.adapters.delta_log import live_metadata
-from backfill_lib.core.errors import LeaseError, PartitionError, SchemaMismatchError, StrayRowsError, error_condition
+from backfill_lib.core.errors import (LeaseError, PartitionError, SchemaMismatchError, StagingLocationError,
+                                     StrayRowsError, error_condition)
 from backfill_lib.core.partition_format import PartitionFormat
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column, column_mapping_mode
@@ -80,6 +80,15 @@ class Layout:
                                       or self.gathered and self.rows <= SMALL_PIN_ROWS)
 
 
+#: Error conditions of a staging table's create that another process's create of the same table at the same
+#: moment causes (besides ``TABLE_OR_VIEW_ALREADY_EXISTS``): after one, the table is waited for.
+RACED_CREATE = frozenset({"DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_PROTOCOL_CHANGED",
+                          "DELTA_METADATA_CHANGED"})
+
+#: How long (seconds) a create that met another's files waits for that table to be registered.
+CREATE_WAIT_SECONDS = 60.0
+
+
 class StagingTable:
     """Writes batches into the run's staging table (``exists``: whether it exists yet).
 
@@ -111,14 +120,42 @@ class StagingTable:
                         writer = writer.tableProperty(key, value)
                     try:
                         writer.create()
-                    except AnalysisException as exc:
-                        if error_condition(exc) != "TABLE_OR_VIEW_ALREADY_EXISTS":
-                            raise
-                        raise self._created_elsewhere() from exc
+                    except Exception as exc:
+                        # Two processes running one run ID create the table together: the loser meets the catalog
+                        # entry, the winner's files not yet committed, or its first log commit.
+                        condition = error_condition(exc)
+                        raced = condition in RACED_CREATE or condition.startswith("DELTA_CONCURRENT")
+                        if condition == "TABLE_OR_VIEW_ALREADY_EXISTS" or self._appears(rows, raced):
+                            raise self._created_elsewhere() from exc
+                        if condition == "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION":
+                            raise self._stray_files(exc) from exc
+                        raise
                     self._exists = True
                     return
         # writeTo(...).overwrite(condition) is Delta's replaceWhere, without saveAsTable's catalog rewrite.
         rows.writeTo(self.name).overwrite(F.expr(condition))
+
+    def _appears(self, rows: DataFrame, wait: bool) -> bool:
+        """Whether this staging table is in the catalog now or, when ``wait``, within :data:`CREATE_WAIT_SECONDS`
+        (another process's create writes its files, commits its log, then registers the table)."""
+        import time
+
+        spark = rows.sparkSession
+        deadline = time.monotonic() + (CREATE_WAIT_SECONDS if wait else 0)
+        while not spark.catalog.tableExists(self.name):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
+    def _stray_files(self, exc: Exception) -> StagingLocationError:
+        """The refusal of a create whose location holds files but no Delta table, and no table appeared there."""
+        found = re.search(r"location \('([^']+)'\)", str(exc))
+        where = found.group(1) if found else "its location"
+        return StagingLocationError(
+            f"staging table {self.name}: {where} holds files but no Delta table (a process killed while creating it "
+            f"left them, or another process running run ID {self.run_id} is still writing them): when `backfill "
+            f"status {self.run_id}` shows no process running it, remove that folder and run again; nothing was written")
 
     def _created_elsewhere(self) -> LeaseError:
         """The refusal of a run whose staging table another process created after this one found it missing:
