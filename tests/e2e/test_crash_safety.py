@@ -96,12 +96,24 @@ def _run_job(home: Path, name: str, commands: list[list[str]], pause: str, sig: 
                 while_paused()
             if sig is not None:
                 os.killpg(proc.pid, sig)  # the driver, its Spark JVM and everything else in the group
+            if sig == signal.SIGTERM:
+                _end_pause_once_handled(proc, err, marker)
             code = proc.wait(timeout=900)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
     _wait_for_jvm_exit(home)  # no JVM is left behind, whichever signal ended the driver
     return code, out.read_text(), err.read_text()
+
+
+def _end_pause_once_handled(proc: subprocess.Popen, err: Path, marker: Path) -> None:
+    """End the pause of a process sent SIGTERM once its handler has said so (its batch in flight then finishes
+    and the run stops, as after an operator's SIGTERM), rather than when the pause runs out."""
+    deadline = time.monotonic() + 120
+    while "SIGTERM: finishing the batches in flight" not in err.read_text() and proc.poll() is None:
+        assert time.monotonic() < deadline, f"no SIGTERM handled: {err.read_text()[-3000:]}"
+        time.sleep(0.1)
+    marker.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module", params=["derby", "shared"])
