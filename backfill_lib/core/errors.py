@@ -25,9 +25,19 @@ def first_line(exc: BaseException) -> str:
 
 
 def error_condition(exc: BaseException) -> str:
-    """The error condition (class) name of a PySpark exception (``TABLE_OR_VIEW_ALREADY_EXISTS``), or ``""``."""
+    """The error condition (class) name of a PySpark exception (``TABLE_OR_VIEW_ALREADY_EXISTS``), or ``""``.
+
+    Also of a JVM error PySpark leaves unconverted (a ``Py4JJavaError``, such as Delta's commit conflicts, which
+    are ``ConcurrentModificationException``\ s): its Java exception's condition, when it is a ``SparkThrowable``."""
     named = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
-    return (named() if named else None) or ""
+    found = named() if named else None
+    java = getattr(exc, "java_exception", None)
+    if not found and java is not None:
+        try:
+            found = java.getCondition()
+        except Exception:  # noqa: BLE001 - not a SparkThrowable, or the JVM is gone: no condition
+            found = None
+    return found or ""
 
 
 def failure_message(exc: BaseException, limit: int = MESSAGE_LIMIT) -> str:

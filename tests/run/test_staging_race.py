@@ -11,8 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 from chispa import assert_df_equality
+from py4j.protocol import Py4JJavaError
 
-from backfill_lib.core.errors import LeaseError, StagingLocationError
+from backfill_lib.core.errors import LeaseError, StagingLocationError, error_condition
 from backfill_lib.run import staging
 from backfill_lib.run.staging import BATCH_COLUMN, StagingTable
 
@@ -88,3 +89,16 @@ def test_stray_files_where_the_staging_table_goes_are_refused_by_name_and_nothin
     assert refused.value.exit_code == 2
     assert not spark.catalog.tableExists(name)
     assert sorted(p.name for p in folder.iterdir()) == ["part-00000-left.parquet"]
+
+
+def test_a_delta_commit_conflict_left_unconverted_by_pyspark_still_names_its_condition(spark):
+    # Delta's commit conflicts are ConcurrentModificationExceptions, which PySpark leaves as a raw Py4JJavaError:
+    # the staging table's create must still see DELTA_PROTOCOL_CHANGED to wait for the other process's table
+    jvm = spark._jvm
+    with pytest.raises(Py4JJavaError) as conflict:
+        jvm.scala.util.Failure(jvm.io.delta.exceptions.ProtocolChangedException("the protocol changed")).get()
+    with pytest.raises(Py4JJavaError) as plain:
+        jvm.scala.util.Failure(jvm.java.lang.IllegalStateException("not a Spark error")).get()
+
+    assert (error_condition(conflict.value), error_condition(plain.value)) == ("DELTA_PROTOCOL_CHANGED", "")
+    assert "DELTA_PROTOCOL_CHANGED" in staging.RACED_CREATE
