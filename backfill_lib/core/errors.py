@@ -27,8 +27,9 @@ def first_line(exc: BaseException) -> str:
 def error_condition(exc: BaseException) -> str:
     """The error condition (class) name of a PySpark exception (``TABLE_OR_VIEW_ALREADY_EXISTS``), or ``""``.
 
-    Also of a JVM error PySpark leaves unconverted (a ``Py4JJavaError``, such as Delta's commit conflicts, which
-    are ``ConcurrentModificationException``\ s): its Java exception's condition, when it is a ``SparkThrowable``."""
+    Also of a JVM error that reaches Python unconverted (a ``Py4JJavaError``, as Delta's commit conflicts, which
+    subclass ``ConcurrentModificationException``, do when PySpark's handler is not installed): its Java
+    exception's condition, when it is a ``SparkThrowable``."""
     named = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
     found = named() if named else None
     java = getattr(exc, "java_exception", None)

@@ -154,8 +154,8 @@ class StagingTable:
         where = found.group(1) if found else "its location"
         return StagingLocationError(
             f"staging table {self.name}: {where} holds files but no Delta table (a process killed while creating it "
-            f"left them, or another process running run ID {self.run_id} is still writing them): when `backfill "
-            f"status {self.run_id}` shows no process running it, remove that folder and run again; nothing was written")
+            f"left them, or another process running run ID {self.run_id} is still writing them): once no process runs "
+            f"{self.run_id}, remove that folder and run again; nothing was written")
 
     def _created_elsewhere(self) -> LeaseError:
         """The refusal of a run whose staging table another process created after this one found it missing:
