@@ -34,6 +34,7 @@ from backfill_lib.adapters.delta_log import live_metadata
 from backfill_lib.core.errors import (LeaseError, PartitionError, SchemaMismatchError, StagingLocationError,
                                      StrayRowsError, error_condition)
 from backfill_lib.core.partition_format import PartitionFormat
+from backfill_lib.core.retry import is_conflict
 from backfill_lib.core.partitions import quote_ident
 from backfill_lib.core.table_state import Column, column_mapping_mode
 from backfill_lib.intake.schema_guard import ColumnCast
@@ -85,6 +86,14 @@ class Layout:
 RACED_CREATE = frozenset({"DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "DELTA_PROTOCOL_CHANGED",
                           "DELTA_METADATA_CHANGED"})
 
+
+def raced_create(exc: BaseException) -> bool:
+    """Whether a staging table's failed create may have met another process's create of the same table: one of
+    :data:`RACED_CREATE`, or a Delta commit conflict (converted by PySpark, whose Delta classes carry no
+    condition, or not)."""
+    return error_condition(exc) in RACED_CREATE or is_conflict(exc)
+
+
 #: How long (seconds) a create that met another's files waits for that table to be registered.
 CREATE_WAIT_SECONDS = 60.0
 
@@ -124,8 +133,7 @@ class StagingTable:
                         # Two processes running one run ID create the table together: the loser meets the catalog
                         # entry, the winner's files not yet committed, or its first log commit.
                         condition = error_condition(exc)
-                        raced = condition in RACED_CREATE or condition.startswith("DELTA_CONCURRENT")
-                        if condition == "TABLE_OR_VIEW_ALREADY_EXISTS" or self._appears(rows, raced):
+                        if condition == "TABLE_OR_VIEW_ALREADY_EXISTS" or self._appears(rows, raced_create(exc)):
                             raise self._created_elsewhere() from exc
                         if condition == "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION":
                             raise self._stray_files(exc) from exc

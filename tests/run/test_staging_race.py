@@ -91,16 +91,19 @@ def test_stray_files_where_the_staging_table_goes_are_refused_by_name_and_nothin
     assert sorted(p.name for p in folder.iterdir()) == ["part-00000-left.parquet"]
 
 
-def test_a_delta_commit_conflict_names_its_condition_converted_by_pyspark_or_not(spark):
-    # Delta's commit conflicts reach Python converted (PySpark's handler, once installed) or as a raw
-    # Py4JJavaError around the Java exception: either way the staging table's create must see
-    # DELTA_PROTOCOL_CHANGED to wait for the other process's table
+def test_a_delta_commit_conflict_at_the_create_counts_as_raced_converted_by_pyspark_or_not(spark):
+    # Delta's commit conflicts reach Python converted (Delta's Python classes, which carry no condition) or as a
+    # raw Py4JJavaError around the Java exception: either way the staging table's create waits for the other
+    # process's table
+    from delta.exceptions import ProtocolChangedException
+
     jvm = spark._jvm
     conflict = jvm.io.delta.exceptions.ProtocolChangedException("the protocol changed")
     with pytest.raises(Exception) as thrown:  # noqa: PT011 - converted or not depends on the process's history
         jvm.scala.util.Failure(conflict).get()
     raw = Py4JJavaError("An error occurred while calling o1.get.\n", conflict)
+    converted = ProtocolChangedException("the protocol changed", "", None)
     plain = Py4JJavaError("An error occurred while calling o1.get.\n", jvm.java.lang.IllegalStateException("no"))
 
-    assert [error_condition(e) for e in (thrown.value, raw, plain)] == ["DELTA_PROTOCOL_CHANGED"] * 2 + [""]
-    assert "DELTA_PROTOCOL_CHANGED" in staging.RACED_CREATE
+    assert [staging.raced_create(e) for e in (thrown.value, raw, converted, plain)] == [True, True, True, False]
+    assert (error_condition(raw), error_condition(plain)) == ("DELTA_PROTOCOL_CHANGED", "")
