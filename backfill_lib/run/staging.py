@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
@@ -34,8 +35,8 @@ from backfill_lib.adapters.delta_log import live_metadata
 from backfill_lib.core.errors import (LeaseError, PartitionError, SchemaMismatchError, StagingLocationError,
                                      StrayRowsError, error_condition)
 from backfill_lib.core.partition_format import PartitionFormat
-from backfill_lib.core.retry import is_conflict
 from backfill_lib.core.partitions import quote_ident
+from backfill_lib.core.retry import is_conflict
 from backfill_lib.core.table_state import Column, column_mapping_mode
 from backfill_lib.intake.schema_guard import ColumnCast
 from backfill_lib.plan.model import BackfillPlan, Batch
@@ -119,7 +120,15 @@ class StagingTable:
 
     def write(self, rows: DataFrame, condition: str, layout: Layout | None = None) -> None:
         """Write ``rows`` (with ``_backfill_batch``), replacing the staged rows that meet ``condition``
-        (``layout`` is not kept: the table's files are laid out by this write)."""
+        (``layout`` is not kept: the table's files are laid out by this write).
+
+        Raises
+        ------
+        LeaseError
+            When the table's create finds it created by another process running this run ID (at once, or within
+            :data:`CREATE_WAIT_SECONDS` after a create that met its files or its first commit).
+        StagingLocationError
+            When the table's location holds files but no table appears there in that time."""
         if not self._exists:
             with self._lock:
                 if not self._exists:
@@ -146,8 +155,6 @@ class StagingTable:
     def _appears(self, rows: DataFrame, wait: bool) -> bool:
         """Whether this staging table is in the catalog now or, when ``wait``, within :data:`CREATE_WAIT_SECONDS`
         (another process's create writes its files, commits its log, then registers the table)."""
-        import time
-
         spark = rows.sparkSession
         deadline = time.monotonic() + (CREATE_WAIT_SECONDS if wait else 0)
         while not spark.catalog.tableExists(self.name):
