@@ -4,18 +4,24 @@ LeaseError) and writes nothing; files in the location that never become a table 
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
+from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from chispa import assert_df_equality
 from py4j.protocol import Py4JJavaError
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
+from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import LeaseError, StagingLocationError, error_condition
 from backfill_lib.run import staging
 from backfill_lib.run.staging import BATCH_COLUMN, StagingTable
+from backfill_lib.runner import prepare
+from tests.conftest import quiet_runner, write_request
 
 SCHEMA = f"k INT, v STRING, {BATCH_COLUMN} INT"
 
@@ -107,3 +113,48 @@ def test_a_delta_commit_conflict_at_the_create_counts_as_raced_converted_by_pysp
 
     assert [staging.raced_create(e) for e in (thrown.value, raw, converted, plain)] == [True, True, True, False]
     assert (error_condition(raw), error_condition(plain)) == ("DELTA_PROTOCOL_CHANGED", "")
+
+
+ORDER_SCHEMA = StructType([StructField("id", IntegerType(), False), StructField("dt", StringType(), True),
+                           StructField("amount", IntegerType(), True)])
+
+
+def test_a_killed_create_of_a_quoted_string_partitioned_targets_staging_is_refused_then_resumes_exactly(
+        spark, settings, db, tmp_path, monkeypatch):
+    # A fresh helper's input: a target named by a reserved word in mixed case, partitioned by a yyyyMMdd string,
+    # in New York time, staged durably; the staging table's folder holds a killed create's file
+    monkeypatch.setattr(staging, "CREATE_WAIT_SECONDS", 1.0)
+    target = f"{db}.`Order`"
+    rows = [(1, "20240308", 1), (2, "20240309", 2), (3, "20240310", 3), (5, "20240311", 5)]
+    spark.createDataFrame(rows, ORDER_SCHEMA).write.format("delta").partitionBy("dt").saveAsTable(target)
+    source = [(1, date(2024, 3, 8), 1), (2, date(2024, 3, 9), 2), (6, date(2024, 3, 9), 6), (3, date(2024, 3, 10), 3)]
+    spark.createDataFrame(source, "id INT, event_date DATE, amount INT").write.format("delta").saveAsTable(f"{db}.src")
+    sql = tmp_path / "order.sql"
+    sql.write_text(f"SELECT id, date_format(event_date, 'yyyyMMdd') AS dt, amount * 10 AS amount FROM {db}.src\n"
+                   "WHERE event_date >= :range_start AND event_date < :range_end\n")
+    request = write_request(
+        tmp_path / "order.yml", owner="ana@example.com", reason="TEST-1: a killed create's files",
+        target={"table": target, "partition_column": "dt", "grain": "day", "partition_format": "yyyyMMdd"},
+        range={"start": "2024-03-09", "end": "2024-03-10"}, time_zone="America/New_York", strategy="recompute",
+        staging="durable", source={"sql": str(sql)}, keys=["id"])
+    plan, state = prepare(spark, settings, request)
+    schema, name = plan.staging_table.split(".")
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    folder = _location(spark, schema, name)
+    folder.mkdir(parents=True)
+    (folder / "part-00000-x.parquet").write_bytes(b"left by a killed create")
+    before = current_version(spark, target)
+
+    with pytest.raises(StagingLocationError, match=rf"^staging table {plan.staging_table}: file:{folder} holds files "):
+        quiet_runner(spark, settings).run(plan, state)
+    assert current_version(spark, target) == before
+    assert not spark.catalog.tableExists(plan.staging_table)
+
+    shutil.rmtree(folder)
+    result = quiet_runner(spark, settings).resume(plan.run_id)
+
+    assert (result.status, result.published_version) == ("published", before + 1)
+    expected = [(1, "20240308", 1), (2, "20240309", 20), (6, "20240309", 60), (3, "20240310", 30),
+                (5, "20240311", 5)]
+    assert_df_equality(spark.table(target), spark.createDataFrame(expected, ORDER_SCHEMA), ignore_row_order=True,
+                       ignore_nullable=True)
