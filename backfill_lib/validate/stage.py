@@ -133,7 +133,7 @@ class Validate:
             rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             checks, diffs, fingerprints, outside = self._audit(plan, runner, scope, whole, rows, reporter, sources,
-                                                                sum(staged.rows.values()))
+                                                                sum(staged.rows.values()), fill_cache=cached)
         finally:
             if cached:
                 rows.unpersist()
@@ -144,7 +144,8 @@ class Validate:
                          outside)
 
     def _audit(self, plan: BackfillPlan, runner: SuiteRunner | None, scope: Batch, whole: bool, staged: DataFrame,
-               reporter: Reporter, sources: SourceSides, staged_count: int) -> tuple[list[Check], list, dict | None]:
+               reporter: Reporter, sources: SourceSides, staged_count: int,
+               fill_cache: bool = True) -> tuple[list[Check], list, dict | None]:
         # Independent read-only audits all run at once (the FAIR pool shares the cluster between them): on small
         # ranges each is mostly fixed Spark latency, which overlaps; one waiting for a thread would only add its own.
         # + 4: diff (and keys outside the range), checksums, keys, constraints
@@ -157,12 +158,18 @@ class Validate:
         profiled = [shared.add(*profile_aggregates(staged, plan.partition_keys, rule.metrics, at=plan.staging_table))
                     for rule in plan.request.metric_rules]
         fingerprinted = shared.add(*fingerprint_aggregates(staged)) if replaces else None
-        # Run first and alone, it is the one read of the staging table's files: it fills the cache every other
-        # audit then reads (audits started together each read the files for the blocks they reached first).
-        shared.run()
+        # From a staging table, run first and alone: it is the one read of the table's files and fills the cache
+        # every other audit then reads (audits started together each read the files for the blocks they reached
+        # first). Pinned rows are already held: it runs beside the others, when its first reader needs it.
+        if fill_cache:
+            shared.run()
         with ThreadPoolExecutor(audit_count, thread_name_prefix=f"{plan.run_id}-audit") as pool:
             def submit(fn, *args):
                 return pool.submit(in_pool, self.spark, fn, *args)
+
+            # The diff is the longest audit: started first, its plan is built before the others' Python (GX's
+            # above all) holds the interpreter.
+            diffed = submit(self._diff, plan, staged, whole, sources["target"][0], staged_count)
 
             def staged_metric(handle: int) -> dict:
                 return plan.partition_keys.rekey({r["p"]: r["m"] for r in shared.rows(handle)})
@@ -180,7 +187,6 @@ class Validate:
                                                                          r.metrics)))
             audits.append(submit(unique_key_checks, staged, plan.request.keys, plan.staging_table))
             audits.append(submit(self._constraints, plan, staged))
-            diffed = submit(self._diff, plan, staged, whole, sources["target"][0], staged_count)
             summed = (submit(lambda: fingerprints_of(shared.rows(fingerprinted), plan.partition_keys))
                       if fingerprinted is not None else None)
             checks: list[Check] = [c for a in audits for c in a.result()]

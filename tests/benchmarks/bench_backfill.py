@@ -782,6 +782,14 @@ def print_results(results: dict) -> None:
                           f"{p_['jvm_rss_hwm_mib'] or 0:,.0f} / {p_['python_rss_hwm_mib'] or 0:,.0f} MiB", "", "")
         table.add_row("(e) ratio at the longest span no higher than at the first", "", "flat",
                       met(r["ratio_flat"]))
+    f = results.get("fresh")
+    if f:
+        table.add_row("(d) in fresh processes: full (JIT CPU)", f"{fmt_s(f['full']['seconds'])} "
+                      f"({f['full']['jit_cpu_s']:.0f} s)", "", "")
+        table.add_row("(d) in fresh processes: bare before / after",
+                      f"{f['bare_before']['seconds']:.2f} / {f['bare_after']['seconds']:.2f} s", "", "")
+        table.add_row("(d) in fresh processes: full / bare (mean)", f"{f['ratio_full_over_bare']:.2f}x",
+                      f"<= {TARGET_RATIO:g}x", met(f["ratio_full_over_bare"] <= TARGET_RATIO))
     if b:
         table.add_row(f"(b) tiny {b['partitions']} days, full pipeline", fmt_s(b["full_s"]), "", "")
         table.add_row("(b) bare replaceWhere before / after",
@@ -861,8 +869,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--master", default="local[2]", help="Spark master")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--driver-memory", default="6g")
-    parser.add_argument("--only", nargs="+", choices=("tpch", "rows", "tiny", "plan"),
-                        default=["tpch", "rows", "tiny", "plan"], help="which parts to run")
+    parser.add_argument("--only", nargs="+", choices=("tpch", "rows", "fresh", "tiny", "plan"),
+                        default=["tpch", "rows", "fresh", "tiny", "plan"],
+                        help="which parts to run (fresh: (d) with each step in a new process)")
     parser.add_argument("--years", type=int, nargs="+", default=[1, 2, 4],
                         help="(d)/(e): years of the row-level scale curve, from --year on; the first is (d)")
     parser.add_argument("--reload", action="store_true", help="reload bench.lineitem from the Parquet files")
@@ -914,6 +923,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if "plan" in args.only:  # before Spark starts: a quiet interpreter for time and memory
         results["plan"] = bench_plan(args, settings.batch_size)
+
+    if "fresh" in args.only:  # before this process starts Spark: each step's JVM opens the home's metastore
+        from tests.benchmarks.bench_fresh import bench_fresh
+
+        results["fresh"] = bench_fresh(list(argv if argv is not None else sys.argv[1:]), say)
+        save()
 
     spark = None
     if {"tpch", "rows", "tiny"} & set(args.only):

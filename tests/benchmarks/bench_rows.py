@@ -47,6 +47,13 @@ ROWS_SUITE = {
 }
 
 
+def rows_reconciliation(schema: str) -> list[dict]:
+    """The (d) request's reconciliation rules: ``count(*)`` and ``sum(l_quantity)`` against ``lineitem``."""
+    return [{"name": name, "metric": metric,
+             "source": {"table": f"{schema}.lineitem", "partition_column": "l_shipdate", "metric": metric}}
+            for name, metric in (("lines_equal_lineitem", "count(*)"), ("quantity_equals_lineitem", "sum(l_quantity)"))]
+
+
 class PeakMemory:
     """Peak memory of the driver over one block: JVM heap pools' peak usage and the resident set high-water
     marks of the JVM and this Python process, each reset at :meth:`reset`."""
@@ -122,12 +129,7 @@ def bench_rows(spark, settings, args, bench_dir: Path, *, schema: str, bracketed
             range={"start": start.isoformat(), "end": last.isoformat()},
             time_zone="UTC",
             keys=["l_orderkey", "l_linenumber"],
-            reconciliation=[{"name": "lines_equal_lineitem", "metric": "count(*)",
-                             "source": {"table": f"{schema}.lineitem", "partition_column": "l_shipdate",
-                                        "metric": "count(*)"}},
-                            {"name": "quantity_equals_lineitem", "metric": "sum(l_quantity)",
-                             "source": {"table": f"{schema}.lineitem", "partition_column": "l_shipdate",
-                                        "metric": "sum(l_quantity)"}}],
+            reconciliation=rows_reconciliation(schema),
             **request_extras(args),
         )
         predicate = f"l_shipdate >= DATE'{start}' AND l_shipdate < DATE'{end}'"
