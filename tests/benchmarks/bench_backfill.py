@@ -509,6 +509,11 @@ FROM {SCHEMA}.lineitem
 GROUP BY l_shipdate, l_returnflag, l_linestatus
 """
 
+#: the (a) request's reconciliation: the lines it counts against ``count(*)`` of ``lineitem``
+DAILY_RECONCILIATION = [{"name": "lines_equal_lineitem", "metric": "sum(line_count)",
+                         "source": {"table": f"{SCHEMA}.lineitem", "partition_column": "l_shipdate",
+                                    "metric": "count(*)"}}]
+
 DAILY_SUITE = {
     "name": "daily_shipments",
     "expectations": [
@@ -588,9 +593,7 @@ def bench_tpch(spark, settings, args, bench_dir: Path) -> dict:
         range={"start": start.isoformat(), "end": last.isoformat()},
         time_zone="UTC",
         keys=["l_shipdate", "l_returnflag", "l_linestatus"],
-        reconciliation=[{"name": "lines_equal_lineitem", "metric": "sum(line_count)",
-                         "source": {"table": f"{SCHEMA}.lineitem", "partition_column": "l_shipdate",
-                                    "metric": "count(*)"}}],
+        reconciliation=DAILY_RECONCILIATION,
         **request_extras(args),
     )
     predicate = f"l_shipdate >= DATE'{start}' AND l_shipdate < DATE'{end}'"
@@ -782,14 +785,14 @@ def print_results(results: dict) -> None:
                           f"{p_['jvm_rss_hwm_mib'] or 0:,.0f} / {p_['python_rss_hwm_mib'] or 0:,.0f} MiB", "", "")
         table.add_row("(e) ratio at the longest span no higher than at the first", "", "flat",
                       met(r["ratio_flat"]))
-    f = results.get("fresh")
-    if f:
-        table.add_row("(d) in fresh processes: full (JIT CPU)", f"{fmt_s(f['full']['seconds'])} "
-                      f"({f['full']['jit_cpu_s']:.0f} s)", "", "")
-        table.add_row("(d) in fresh processes: bare before / after",
-                      f"{f['bare_before']['seconds']:.2f} / {f['bare_after']['seconds']:.2f} s", "", "")
-        table.add_row("(d) in fresh processes: full / bare (mean)", f"{f['ratio_full_over_bare']:.2f}x",
-                      f"<= {TARGET_RATIO:g}x", met(f["ratio_full_over_bare"] <= TARGET_RATIO))
+    for case, fresh in (results.get("fresh") or {}).items():
+        target = TARGET_AGG_RATIO if case == "a" else TARGET_RATIO
+        table.add_row(f"({case}) in fresh processes: full (its compilers' CPU)",
+                      f"{fmt_s(fresh['full']['seconds'])} ({fresh['full']['jit_cpu_s']:.0f} s)", "", "")
+        table.add_row(f"({case}) in fresh processes: bare before / after",
+                      f"{fresh['bare_before']['seconds']:.2f} / {fresh['bare_after']['seconds']:.2f} s", "", "")
+        table.add_row(f"({case}) in fresh processes: full / bare (mean)", f"{fresh['ratio_full_over_bare']:.2f}x",
+                      f"<= {target:g}x", met(fresh["ratio_full_over_bare"] <= target))
     if b:
         table.add_row(f"(b) tiny {b['partitions']} days, full pipeline", fmt_s(b["full_s"]), "", "")
         table.add_row("(b) bare replaceWhere before / after",
@@ -871,7 +874,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--driver-memory", default="6g")
     parser.add_argument("--only", nargs="+", choices=("tpch", "rows", "fresh", "tiny", "plan"),
                         default=["tpch", "rows", "fresh", "tiny", "plan"],
-                        help="which parts to run (fresh: (d) with each step in a new process)")
+                        help="which parts to run (fresh: (a) and (d) with each step in a new process)")
     parser.add_argument("--years", type=int, nargs="+", default=[1, 2, 4],
                         help="(d)/(e): years of the row-level scale curve, from --year on; the first is (d)")
     parser.add_argument("--reload", action="store_true", help="reload bench.lineitem from the Parquet files")
