@@ -154,9 +154,13 @@ class Validate:
         # Every per-partition aggregate of the staged rows (checksums, the rules' staged metrics) in one Spark
         # job: registered here, before any audit thread reads them back (the first to read runs the job).
         shared = SharedPass(staged, plan.partition_keys)
-        reconciled = [shared.add([F.expr(rule.metric)], ["m"]) for rule in plan.request.reconciliation]
-        profiled = [shared.add(*profile_aggregates(staged, plan.partition_keys, rule.metrics, at=plan.staging_table))
-                    for rule in plan.request.metric_rules]
+        at = f"{plan.request_path}: field"
+        reconciled = [shared.add([F.expr(rule.metric)], ["m"],
+                                 f"{at} 'reconciliation.{i}.metric': '{rule.metric}' of {plan.target_table}")
+                      for i, rule in enumerate(plan.request.reconciliation)]
+        profiled = [shared.add(*profile_aggregates(staged, plan.partition_keys, rule.metrics, at=plan.staging_table),
+                               label=f"{at} 'metric_rules.{i}' ({rule.name}) of {plan.target_table}")
+                    for i, rule in enumerate(plan.request.metric_rules)]
         fingerprinted = shared.add(*fingerprint_aggregates(staged)) if replaces else None
         # From a staging table, run first and alone: it is the one read of the table's files and fills the cache
         # every other audit then reads (audits started together each read the files for the blocks they reached

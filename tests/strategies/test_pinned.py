@@ -6,6 +6,7 @@ import pytest
 from chispa import assert_df_equality
 
 from backfill_lib.adapters.delta_log import current_version
+from backfill_lib.core.errors import RequestError
 from backfill_lib.ledger import Ledger
 from backfill_lib.run import staging
 from backfill_lib.run.staging import Layout, pinned_layout
@@ -143,3 +144,32 @@ def test_a_sessions_second_run_of_the_same_shape_compiles_next_to_no_new_classes
         spark.sql(f"DROP SCHEMA IF EXISTS {other} CASCADE")
     assert counts[1] <= 3, counts
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "1000"
+
+
+def test_a_rule_whose_metric_fails_on_the_staged_rows_is_named_and_the_run_ends_with_nothing_published(
+        spark, settings, db, tmp_path):
+    # The metric analyses at intake (a cast of text to INT) and fails only on the data (ANSI: '3x' is no number).
+    make_events(spark, db, SOURCE)
+    before = current_version(spark, f"{db}.events")
+    counted = {"name": "rows_equal_source", "metric": "count(*)",
+               "source": {"table": f"{db}.events_src", "partition_column": "dt", "metric": "count(*)"}}
+    failing = {**counted, "name": "ids_as_numbers", "metric": "sum(CAST(concat(id, 'x') AS INT))"}
+    path = events_request(tmp_path, db, start=D9, end=D10, staging="pinned", reconciliation=[counted, failing])
+    plan, state = prepare(spark, settings, path)
+    with pytest.raises(RequestError) as err:
+        quiet_runner(spark, settings).run(plan, state)
+
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith(
+        f"{path}: field 'reconciliation.1.metric': 'sum(CAST(concat(id, 'x') AS INT))' of {db}.events failed on the "
+        "staged rows; nothing was published: [CAST_INVALID_INPUT]")
+    assert current_version(spark, f"{db}.events") == before
+    assert Ledger(spark, settings.ledger_schema).find_run(plan.run_id)["status"] == "failed"
+    # The failure holds no lease: the corrected request runs at once and publishes.
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, staging="pinned",
+                                                          reconciliation=[counted]))
+    result = quiet_runner(spark, settings).run(plan, state)
+    assert (result.status, result.published_version) == ("published", before + 1)
+    expected = [r for r in TARGET_ROWS if r[1] == D8] + [(i, d, v * 10) for i, d, v in SOURCE]
+    assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, EVENTS_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)

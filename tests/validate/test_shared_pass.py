@@ -1,9 +1,12 @@
 from datetime import date
 from decimal import Decimal
 
+import pytest
+from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, DecimalType, IntegerType, StructField, StructType
 
+from backfill_lib.core.errors import RequestError
 from backfill_lib.core.partition_keys import keys_of
 from backfill_lib.intake.rules import MetricSpec
 from backfill_lib.validate.fingerprints import fingerprint_aggregates, fingerprints_of, partition_fingerprints
@@ -47,3 +50,41 @@ def test_one_job_gives_every_audit_what_its_own_aggregation_gives(spark):
     assert got_profile == profile(df, keys, spec)
     assert got_fingerprints["2024-03-10"][0] == 1
     assert got_fingerprints == alone
+
+
+def test_a_metric_that_fails_on_the_data_is_named_once_for_every_reader(spark):
+    # ANSI casts: 'x' is not a number. The aggregation fails; the labelled rule whose metric fails alone is named,
+    # and every later reader gets that same error without the aggregation running again.
+    df = spark.createDataFrame([(date(2024, 3, 9), 1, Decimal("1.50")), (date(2024, 3, 10), 2, None)], ROWS)
+    shared = SharedPass(df, keys_of("dt"))
+    good = shared.add([F.expr("sum(amount)")], ["m"], "r.yml: field 'reconciliation.0.metric': 'sum(amount)' of db.t")
+    shared.add([F.expr("sum(CAST(concat(k, 'x') AS INT))")], ["m"],
+               "r.yml: field 'reconciliation.1.metric': 'sum(CAST(concat(k, 'x') AS INT))' of db.t")
+    sc = spark.sparkContext
+    sc.setJobGroup("shared-pass-failure", "shared-pass-failure")
+    try:
+        with pytest.raises(RequestError) as first:
+            shared.rows(good)
+        jobs = len(sc.statusTracker().getJobIdsForGroup("shared-pass-failure"))
+        with pytest.raises(RequestError) as again:
+            shared.rows(good)
+        assert len(sc.statusTracker().getJobIdsForGroup("shared-pass-failure")) == jobs  # not run again
+    finally:
+        sc.setJobGroup("", "")
+    assert again.value is first.value
+    assert first.value.exit_code == 2
+    assert str(first.value).startswith(
+        "r.yml: field 'reconciliation.1.metric': 'sum(CAST(concat(k, 'x') AS INT))' of db.t failed on the staged "
+        "rows; nothing was published: [CAST_INVALID_INPUT] The value '1x'")
+
+
+def test_an_unlabelled_failure_is_raised_as_spark_raised_it(spark):
+    df = spark.createDataFrame([(date(2024, 3, 9), 1, Decimal("1.50"))], ROWS)
+    shared = SharedPass(df, keys_of("dt"))
+    handle = shared.add([F.expr("sum(CAST(concat(k, 'x') AS INT))")], ["m"])
+    with pytest.raises(PySparkException, match="CAST_INVALID_INPUT") as first:
+        shared.rows(handle)
+    assert not isinstance(first.value, RequestError)
+    with pytest.raises(PySparkException) as again:
+        shared.run()
+    assert again.value is first.value
