@@ -72,15 +72,21 @@ def get_spark(settings: Settings, short_lived: bool = False) -> SparkSession:
     return spark
 
 
-def quiet_spark_query_errors() -> None:
-    """Silence pyspark's SQLQueryContextLogger, which logs every analysis error as a JSON stack trace.
+#: pyspark's loggers that write every error it converts, with a query context, as a multi-KB JSON record with
+#: the Java stack trace: one for errors raised in SQL text, one for errors raised in DataFrame expressions.
+QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
-    Our errors are reported once, as one line. It must stay a ``PySparkLogger`` (it is called with extra
-    keyword arguments a plain ``logging.Logger`` rejects), so it is fetched through pyspark.
+
+def quiet_spark_query_errors() -> None:
+    """Silence pyspark's query-context loggers (:data:`QUERY_CONTEXT_LOGGERS`) for this process.
+
+    Our errors are reported once, as one line. They must stay ``PySparkLogger`` objects (they are called with extra
+    keyword arguments a plain ``logging.Logger`` rejects), so they are fetched through pyspark.
     """
     from pyspark.logger import PySparkLogger
 
-    PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    for name in QUERY_CONTEXT_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
 #: The Spark conf of the session time zone: the zone SQL turns timestamps into dates, hours and text in
