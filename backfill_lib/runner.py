@@ -252,6 +252,10 @@ class Runner:
     def write_report(self, plan: BackfillPlan, outcome: RunOutcome | None = None) -> None:
         """Write the run's report (:func:`~backfill_lib.report.run_report.report_run`; a failure is said, never
         raised) and keep the outcome it was written from for ``backfill run --json``."""
+        try:
+            self.validator.docs_built(plan.run_id)  # the report links them
+        except Exception as exc:  # GX's own; the report must not mask the run's result
+            Reporter(self.console, plan.run_id).stage(f"GX Data Docs not built: {type(exc).__name__}: {exc}")
         written = report_run(self.spark, self.settings, self.ledger, self.console, plan.run_id, outcome)
         if written is not None:
             self.outcomes[plan.run_id] = written

@@ -77,6 +77,14 @@ class Validate:
         self.settings = settings
         self.ledger = ledger
         self.implementation = implementation
+        self._suites: dict[str, SuiteRunner] = {}  # by run ID: the suite runner whose Data Docs may be building
+
+    def docs_built(self, run_id: str) -> None:
+        """Wait until run ``run_id``'s GX Data Docs are written; return at once if none are being built. Raises
+        what building them raised."""
+        runner = self._suites.pop(run_id, None)
+        if runner is not None:
+            runner.docs_built()
 
     @contextlib.contextmanager
     def source_reads(self, plan: BackfillPlan) -> Iterator[SourceSides]:
@@ -122,6 +130,8 @@ class Validate:
         checkpoint, one Spark job per rule) that batches would multiply."""
         plan = staged.plan
         runner = SuiteRunner(suite, plan.partition_keys, self.settings.runs_dir / plan.run_id) if suite else None
+        if runner is not None:
+            self._suites[plan.run_id] = runner
         scope, whole = validation_scope(plan)
         rows = staged_rows(self.spark, plan.staging_table)
         if not whole:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,9 @@ def load_suite(path: str | Path) -> LoadedSuite:
         raise SuiteError(f"{path}: declares {declared} expectations but GX loaded {len(suite.expectations)}")
     return LoadedSuite(path, suite)
 
+
+#: Builds GX Data Docs, one site at a time, beside publishing (HTML rendering is pure Python: a single thread)
+_DOCS = ThreadPoolExecutor(1, thread_name_prefix="gx-data-docs")
 
 #: The first pass: success per expectation only, about a quarter of the Spark jobs of ``COMPLETE`` (GX skips
 #: the unexpected counts, values and index lists). Only a suite that fails runs again with ``COMPLETE``.
@@ -120,6 +124,8 @@ class SuiteRunner:
         self.results_dir = results_dir
         self.result_format = {"result_format": "COMPLETE", "unexpected_index_column_names": list(self.partition_keys.columns)}
         self.checkpoint = self.quick_checkpoint = None
+        self._docs_action = None
+        self._docs: Future | None = None
         if results_dir is not None:
             from great_expectations.checkpoint import UpdateDataDocsAction
 
@@ -137,39 +143,57 @@ class SuiteRunner:
             definition = context.validation_definitions.add(
                 gx.ValidationDefinition(name="staged", data=self.batch_definition, suite=suite)
             )
+            # The checkpoints store each result; their Data Docs are built afterwards, off the gate's path
+            # (:meth:`_build_docs`), with the action a checkpoint would run.
             self.checkpoint, self.quick_checkpoint = (
                 context.checkpoints.add(
-                    gx.Checkpoint(name=name, validation_definitions=[definition],
-                                  actions=[UpdateDataDocsAction(name="data_docs", site_names=["run"])],
+                    gx.Checkpoint(name=name, validation_definitions=[definition], actions=[],
                                   result_format=result_format)
                 )
                 for name, result_format in (("backfill", self.result_format), ("backfill_quick", QUICK))
             )
+            self._docs_action = UpdateDataDocsAction(name="data_docs", site_names=["run"])
+            self._docs_action._data_context = context  # as Checkpoint.run sets it: this context, not GX's current one
 
-    def _run(self, df: DataFrame, parameters: dict[str, Any], quick: bool) -> Any:
-        """One GX validation of ``df``: through the checkpoint (Data Docs) when there is one."""
+    def _run(self, df: DataFrame, parameters: dict[str, Any], quick: bool) -> tuple[Any, Any]:
+        """One GX validation of ``df``: its suite result, and the checkpoint's result when there is a checkpoint
+        (``None`` otherwise)."""
         if self.checkpoint is not None:
             checkpoint = self.quick_checkpoint if quick else self.checkpoint
             run = checkpoint.run(batch_parameters={"dataframe": df}, expectation_parameters=parameters)
-            return next(iter(run.run_results.values()))
+            return next(iter(run.run_results.values())), run
         gx_batch = self.batch_definition.get_batch(batch_parameters={"dataframe": df})
         return gx_batch.validate(self.loaded.suite, expectation_parameters=parameters,
-                                 result_format=QUICK if quick else self.result_format)
+                                 result_format=QUICK if quick else self.result_format), None
+
+    def _build_docs(self, run: Any) -> None:
+        self._docs_action.run(checkpoint_result=run)
+
+    def docs_built(self) -> None:
+        """Wait until the GX Data Docs of the last validation are written (``results_dir/data_docs``); return at
+        once when none are being built. Raises what building them raised (GX's own exceptions)."""
+        docs, self._docs = self._docs, None
+        if docs is not None:
+            docs.result()
 
     def validate(self, df: DataFrame, parameters: dict[str, Any], batch: int | None = None) -> list[Check]:
         """Validate ``df``; return one :class:`Check` per expectation and failing partition.
 
         A suite is validated first with GX's ``BOOLEAN_ONLY`` result format; only when an expectation fails or
-        raises is it validated again with ``COMPLETE`` (unexpected rows and their partitions).
+        raises is it validated again with ``COMPLETE`` (unexpected rows and their partitions). With a
+        ``results_dir``, the result's Data Docs are built in a background thread: :meth:`docs_built` waits for them.
 
         ``batch`` is ``None`` when ``df`` is the run's whole range. A passing expectation gives one passing
         check; a failing one gives a check per partition
         holding unexpected rows (``observed`` is that partition's count of unexpected rows), or one batch-level
         check when GX cannot point at rows (for example a missing column, which GX reports as an exception).
         """
-        result = self._run(df, parameters, quick=True)
+        self.docs_built()  # one GX call at a time on the context
+        result, run = self._run(df, parameters, quick=True)
         if not all(r.success and not _raised(r) for r in result.results):
-            result = self._run(df, parameters, quick=False)  # again, for the rows and partitions at fault
+            result, run = self._run(df, parameters, quick=False)  # again, for the rows and partitions at fault
+        if run is not None:
+            self._docs = _DOCS.submit(self._build_docs, run)
         if self.results_dir is not None:
             out = self.results_dir / "validation" / ("range.json" if batch is None else f"batch_{batch}.json")
             out.parent.mkdir(parents=True, exist_ok=True)
