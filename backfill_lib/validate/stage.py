@@ -9,18 +9,20 @@ per-partition checksums the post-publish check reuses. Every check still names i
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from pyspark import StorageLevel
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill_lib.adapters.delta_log import live_constraints, live_generated_columns
 from backfill_lib.adapters.pool import in_pool
 from backfill_lib.core.checks import Check
-from backfill_lib.core.errors import GateFailedError, KeysOutsideRangeError
+from backfill_lib.core.errors import GateFailedError, KeysOutsideRangeError, RequestError, first_line
 from backfill_lib.core.partitions import key_order, quote_ident, range_predicate
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
@@ -41,6 +43,8 @@ from backfill_lib.validate.metrics import profile, profile_aggregates, profile_o
 from backfill_lib.validate.reconcile import reconcile_batch, source_metric
 from backfill_lib.validate.shared_pass import SharedPass
 from backfill_lib.validate.suites import LoadedSuite, SuiteRunner, suite_parameters
+
+T = TypeVar("T")
 
 #: The source sides of a run's rules, by kind (``reconciliation``, ``metric_rules``), in request order.
 SourceSides = dict[str, list[Future]]
@@ -114,12 +118,19 @@ class Validate:
         They read only the sources and the target, never staging, so they run in ``pool`` while the batches stage
         instead of lengthening validation (staging takes a little longer, since both share the cores)."""
         scope, whole = validation_scope(plan)
+        at = f"{plan.request_path}: field"
         return {
             "target": [pool.submit(in_pool, self.spark, self._target_rows, plan)],
-            "reconciliation": [pool.submit(in_pool, self.spark, source_metric, self.spark, plan, scope, rule, whole)
-                               for rule in plan.request.reconciliation],
-            "metric_rules": [pool.submit(in_pool, self.spark, self._metric_source, plan, scope, rule, whole)
-                             for rule in plan.request.metric_rules],
+            "reconciliation": [
+                pool.submit(in_pool, self.spark, on_source_rows,
+                            f"{at} 'reconciliation.{i}.source.metric': '{rule.source.metric}' of {rule.source.table}",
+                            source_metric, self.spark, plan, scope, rule, whole)
+                for i, rule in enumerate(plan.request.reconciliation)],
+            "metric_rules": [
+                pool.submit(in_pool, self.spark, on_source_rows,
+                            f"{at} 'metric_rules.{i}' ({rule.name}) of {rule.source.table}",
+                            self._metric_source, plan, scope, rule, whole)
+                for i, rule in enumerate(plan.request.metric_rules)],
         }
 
     def validate(self, staged: Staged, suite: LoadedSuite | None, reporter: Reporter,
@@ -348,6 +359,20 @@ class Validate:
         raise GateFailedError(
             f"validation gate failed for {plan.target_table}, nothing published: {message}", failures=tuple(failures)
         )
+
+
+def on_source_rows(label: str, read: Callable[..., T], *args) -> T:
+    """``read(*args)``, a rule's read of its source side. A failure on the source's data (a cast of a value that is
+    not a number, an overflowing sum under ANSI mode) that a second read repeats is the request's: a
+    :class:`RequestError` ``"{label} failed on the source rows; nothing was published: {Spark's first line}"``.
+    Any other failure (one a second read does not repeat, a cancelled job) is raised as Spark raised it."""
+    try:
+        return read(*args)
+    except PySparkException:
+        try:
+            return read(*args)
+        except PySparkException as exc:
+            raise RequestError(f"{label} failed on the source rows; nothing was published: {first_line(exc)}") from None
 
 
 def nothing_changes(staged: Staged, validated: Validated, implementation: Implementation) -> bool:

@@ -1,9 +1,11 @@
 """Pinned staging: a run that goes straight through holds its staged rows in the session and writes them once."""
 
 import json
+from decimal import Decimal
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql.types import DateType, DecimalType, IntegerType, StructField, StructType
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import RequestError
@@ -14,6 +16,7 @@ from backfill_lib.runner import prepare
 from backfill_lib.strategies import recompute
 from tests.conftest import INTERPRETED, quiet_runner
 from tests.fixtures import D8, D9, D10, EVENTS_SCHEMA, TARGET_ROWS, events_request, make_events
+from tests.strategies.test_strategies import request, table
 
 SOURCE = [(3, D9, 30), (4, D9, 40), (5, D9, 50), (10, D9, 100), (6, D10, 600), (7, D10, 700), (8, D10, 800), (9, D10, 900)]
 
@@ -173,3 +176,46 @@ def test_a_rule_whose_metric_fails_on_the_staged_rows_is_named_and_the_run_ends_
     expected = [r for r in TARGET_ROWS if r[1] == D8] + [(i, d, v * 10) for i, d, v in SOURCE]
     assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, EVENTS_SCHEMA),
                        ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_reconciliation_whose_source_metric_fails_on_the_source_rows_is_named_and_holds_no_lease(
+        spark, settings, db, tmp_path):
+    make_events(spark, db, SOURCE)
+    before = current_version(spark, f"{db}.events")
+    counted = {"name": "rows_equal_source", "metric": "count(*)",
+               "source": {"table": f"{db}.events_src", "partition_column": "dt", "metric": "count(*)"}}
+    failing = {**counted, "source": {**counted["source"], "metric": "sum(CAST(concat(id, 'x') AS INT))"}}
+    path = events_request(tmp_path, db, start=D9, end=D10, staging="durable", reconciliation=[failing])
+    plan, state = prepare(spark, settings, path)
+    with pytest.raises(RequestError) as err:
+        quiet_runner(spark, settings).run(plan, state)
+
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith(
+        f"{path}: field 'reconciliation.0.source.metric': 'sum(CAST(concat(id, 'x') AS INT))' of {db}.events_src "
+        "failed on the source rows; nothing was published: [CAST_INVALID_INPUT]")
+    assert current_version(spark, f"{db}.events") == before
+    assert Ledger(spark, settings.ledger_schema).find_run(plan.run_id)["status"] == "failed"
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, reconciliation=[counted]))
+    assert quiet_runner(spark, settings).run(plan, state).published_version == before + 1
+
+
+def test_a_metric_rule_whose_sum_overflows_on_the_source_rows_is_named(spark, settings, db, tmp_path):
+    schema = StructType([StructField("id", IntegerType()), StructField("dt", DateType()),
+                         StructField("amount", DecimalType(38, 0))])
+    big = Decimal(9 * 10**37)
+    table(spark, f"{db}.t", schema, [(1, D9, Decimal(5)), (2, D10, Decimal(6))])
+    table(spark, f"{db}.s", schema, [(1, D9, big), (2, D9, big), (3, D10, Decimal(1))])
+    path = request(tmp_path, f"{db}.t", f"SELECT id, dt, CAST(1 AS DECIMAL(38,0)) AS amount FROM {db}.s "
+                   "WHERE dt >= :range_start AND dt < :range_end", start=D9, end=D10, staging="pinned",
+                   metric_rules=[{"name": "amounts", "source": {"table": f"{db}.s", "partition_column": "dt"},
+                                  "metrics": {"row_count": True, "sum": ["amount"]}}])
+    plan, state = prepare(spark, settings, path)
+    with pytest.raises(RequestError) as err:
+        quiet_runner(spark, settings).run(plan, state)
+
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith(f"{path}: field 'metric_rules.0' (amounts) of {db}.s failed on the source rows; "
+                                     "nothing was published: [ARITHMETIC_OVERFLOW]")
+    assert current_version(spark, f"{db}.t") == 0
+    assert Ledger(spark, settings.ledger_schema).find_run(plan.run_id)["status"] == "failed"
