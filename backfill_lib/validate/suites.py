@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,7 +171,8 @@ class SuiteRunner:
 
     def docs_built(self) -> None:
         """Wait until the GX Data Docs of the last validation are written (``results_dir/data_docs``); return at
-        once when none are being built. Raises what building them raised (GX's own exceptions)."""
+        once when none are being built. Raises what building them raised (GX's own exceptions); a build that a
+        later validation replaced is waited for by that validation, and its error is not raised."""
         docs, self._docs = self._docs, None
         if docs is not None:
             docs.result()
@@ -188,7 +189,8 @@ class SuiteRunner:
         holding unexpected rows (``observed`` is that partition's count of unexpected rows), or one batch-level
         check when GX cannot point at rows (for example a missing column, which GX reports as an exception).
         """
-        self.docs_built()  # one GX call at a time on the context
+        if self._docs is not None:  # one GX call at a time on the context; what the build raised is said later
+            wait([self._docs])
         result, run = self._run(df, parameters, quick=True)
         if not all(r.success and not _raised(r) for r in result.results):
             result, run = self._run(df, parameters, quick=False)  # again, for the rows and partitions at fault
