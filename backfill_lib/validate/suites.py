@@ -144,7 +144,7 @@ class SuiteRunner:
                 gx.ValidationDefinition(name="staged", data=self.batch_definition, suite=suite)
             )
             # The checkpoints store each result; their Data Docs are built afterwards, off the gate's path
-            # (:meth:`_build_docs`), with the action a checkpoint would run.
+            # (:meth:`validate`), with the action a checkpoint would run.
             self.checkpoint, self.quick_checkpoint = (
                 context.checkpoints.add(
                     gx.Checkpoint(name=name, validation_definitions=[definition], actions=[],
@@ -165,9 +165,6 @@ class SuiteRunner:
         gx_batch = self.batch_definition.get_batch(batch_parameters={"dataframe": df})
         return gx_batch.validate(self.loaded.suite, expectation_parameters=parameters,
                                  result_format=QUICK if quick else self.result_format), None
-
-    def _build_docs(self, run: Any) -> None:
-        self._docs_action.run(checkpoint_result=run)
 
     def docs_built(self) -> None:
         """Wait until the GX Data Docs of the last validation are written (``results_dir/data_docs``); return at
@@ -195,7 +192,7 @@ class SuiteRunner:
         if not all(r.success and not _raised(r) for r in result.results):
             result, run = self._run(df, parameters, quick=False)  # again, for the rows and partitions at fault
         if run is not None:
-            self._docs = _DOCS.submit(self._build_docs, run)
+            self._docs = _DOCS.submit(self._docs_action.run, checkpoint_result=run)
         if self.results_dir is not None:
             out = self.results_dir / "validation" / ("range.json" if batch is None else f"batch_{batch}.json")
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -149,55 +149,42 @@ def test_a_sessions_second_run_of_the_same_shape_compiles_next_to_no_new_classes
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "1000"
 
 
-def test_a_rule_whose_metric_fails_on_the_staged_rows_is_named_and_the_run_ends_with_nothing_published(
-        spark, settings, db, tmp_path):
+COUNTED = {"name": "rows_equal_source", "metric": "count(*)",
+           "source": {"table": "{db}.events_src", "partition_column": "dt", "metric": "count(*)"}}
+NOT_A_NUMBER = "sum(CAST(concat(id, 'x') AS INT))"
+
+
+@pytest.mark.parametrize("side, staging, failing, named", [
+    ("staged", "pinned", {**COUNTED, "name": "ids_as_numbers", "metric": NOT_A_NUMBER},
+     "field 'reconciliation.1.metric': '{m}' of {db}.events failed on the staged rows"),
+    ("source", "durable", {**COUNTED, "source": {**COUNTED["source"], "metric": NOT_A_NUMBER}},
+     "field 'reconciliation.1.source.metric': '{m}' of {db}.events_src failed on the source rows"),
+], ids=["staged", "source"])
+def test_a_rule_whose_metric_fails_on_the_data_is_named_and_the_run_ends_with_nothing_published(
+        spark, settings, db, tmp_path, side, staging, failing, named):
     # The metric analyses at intake (a cast of text to INT) and fails only on the data (ANSI: '3x' is no number).
     make_events(spark, db, SOURCE)
     before = current_version(spark, f"{db}.events")
-    counted = {"name": "rows_equal_source", "metric": "count(*)",
-               "source": {"table": f"{db}.events_src", "partition_column": "dt", "metric": "count(*)"}}
-    failing = {**counted, "name": "ids_as_numbers", "metric": "sum(CAST(concat(id, 'x') AS INT))"}
-    path = events_request(tmp_path, db, start=D9, end=D10, staging="pinned", reconciliation=[counted, failing])
+    counted = json.loads(json.dumps(COUNTED).replace("{db}", db))
+    failing = json.loads(json.dumps(failing).replace("{db}", db))
+    path = events_request(tmp_path, db, start=D9, end=D10, staging=staging, reconciliation=[counted, failing])
     plan, state = prepare(spark, settings, path)
     with pytest.raises(RequestError) as err:
         quiet_runner(spark, settings).run(plan, state)
 
     assert err.value.exit_code == 2
     assert str(err.value).startswith(
-        f"{path}: field 'reconciliation.1.metric': 'sum(CAST(concat(id, 'x') AS INT))' of {db}.events failed on the "
-        "staged rows; nothing was published: [CAST_INVALID_INPUT]")
+        f"{path}: {named.format(m=NOT_A_NUMBER, db=db)}; nothing was published: [CAST_INVALID_INPUT]")
     assert current_version(spark, f"{db}.events") == before
     assert Ledger(spark, settings.ledger_schema).find_run(plan.run_id)["status"] == "failed"
     # The failure holds no lease: the corrected request runs at once and publishes.
-    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, staging="pinned",
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, staging=staging,
                                                           reconciliation=[counted]))
     result = quiet_runner(spark, settings).run(plan, state)
     assert (result.status, result.published_version) == ("published", before + 1)
     expected = [r for r in TARGET_ROWS if r[1] == D8] + [(i, d, v * 10) for i, d, v in SOURCE]
     assert_df_equality(spark.table(f"{db}.events"), spark.createDataFrame(expected, EVENTS_SCHEMA),
                        ignore_row_order=True, ignore_nullable=True)
-
-
-def test_a_reconciliation_whose_source_metric_fails_on_the_source_rows_is_named_and_holds_no_lease(
-        spark, settings, db, tmp_path):
-    make_events(spark, db, SOURCE)
-    before = current_version(spark, f"{db}.events")
-    counted = {"name": "rows_equal_source", "metric": "count(*)",
-               "source": {"table": f"{db}.events_src", "partition_column": "dt", "metric": "count(*)"}}
-    failing = {**counted, "source": {**counted["source"], "metric": "sum(CAST(concat(id, 'x') AS INT))"}}
-    path = events_request(tmp_path, db, start=D9, end=D10, staging="durable", reconciliation=[failing])
-    plan, state = prepare(spark, settings, path)
-    with pytest.raises(RequestError) as err:
-        quiet_runner(spark, settings).run(plan, state)
-
-    assert err.value.exit_code == 2
-    assert str(err.value).startswith(
-        f"{path}: field 'reconciliation.0.source.metric': 'sum(CAST(concat(id, 'x') AS INT))' of {db}.events_src "
-        "failed on the source rows; nothing was published: [CAST_INVALID_INPUT]")
-    assert current_version(spark, f"{db}.events") == before
-    assert Ledger(spark, settings.ledger_schema).find_run(plan.run_id)["status"] == "failed"
-    plan, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, reconciliation=[counted]))
-    assert quiet_runner(spark, settings).run(plan, state).published_version == before + 1
 
 
 def test_a_metric_rule_whose_sum_overflows_on_the_source_rows_is_named(spark, settings, db, tmp_path):
