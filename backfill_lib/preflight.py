@@ -14,12 +14,11 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.core.progress import Reporter
 from backfill_lib.core.settings import Settings
-from backfill_lib.core.staging_mode import staging_mode
 from backfill_lib.intake.schema_guard import ColumnCast, changes_line
 from backfill_lib.plan.model import BackfillPlan, Implementation
+from backfill_lib.plan.prepare import staging_choice
 from backfill_lib.publish.safety import check_protected
 from backfill_lib.publish.stage import published_tables
 from backfill_lib.run.source_check import check_source_schema
@@ -27,15 +26,13 @@ from backfill_lib.validate.suites import load_suite
 
 
 def with_staging_mode(spark: SparkSession, settings: Settings, console: Console, plan: BackfillPlan,
-                      until: str | None, implementation: Implementation) -> BackfillPlan:
-    """``plan`` with the staging mode this run uses (:func:`~backfill_lib.core.staging_mode.staging_mode`),
+                      until: str | None) -> BackfillPlan:
+    """``plan`` with the staging mode this run uses (:func:`~backfill_lib.plan.prepare.staging_choice`),
     recorded with its plan; a fall-back from the asked ``pinned`` is said in one line."""
-    choice = staging_mode(plan.request.staging or settings.staging, until=until,
-                          can_pin=implementation(plan).can_pin, reads_staged_batches=plan.request.depends_on_past,
-                          session_pins=log_reader(spark).pins_session)
+    choice = staging_choice(spark, settings, plan, until)
     if choice.fallback:
         console.print(f"{plan.target_table}: {choice.fallback}", highlight=False)
-    return replace(plan, staging_mode=choice.mode)
+    return replace(plan, staging_mode=choice.mode, staging_reason=choice.reason)
 
 
 def preflight(spark: SparkSession, settings: Settings, plan: BackfillPlan, implementation: Implementation,

@@ -128,7 +128,7 @@ class Runner:
             return self.resume(plan.run_id, until=until)
         if plan.source_versions is None:  # a plan not from prepare (a mart's child run): its sources as of now
             plan = replace(plan, source_versions=pin_sources(self.spark, plan.request))
-        plan = with_staging_mode(self.spark, self.settings, self.console, plan, until, implementation)
+        plan = with_staging_mode(self.spark, self.settings, self.console, plan, until)
         leased = not self.concurrent and plan.parent_run_id is None  # a mart's child runs under its parent's lease
         mark = self.leases.take_turn(plan) if leased else None
         with self.ledger.durable():

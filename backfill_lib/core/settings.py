@@ -110,8 +110,9 @@ class Settings(BaseModel):
         OpenLineage events (:class:`LineageSettings`); unset, only the client's environment configures them.
     staging:
         Where a run's validated rows wait for the publish commit when its request does not say:
-        ``durable`` (a staging Delta table per run) or ``pinned`` (held by the run's Spark session and written
-        once, by the publish commit; see :func:`backfill_lib.core.staging_mode.staging_mode`).
+        ``durable`` (a staging Delta table per run), ``pinned`` (held by the run's Spark session and written
+        once, by the publish commit) or ``auto`` (the default: pinned for a run of one batch that goes straight
+        through, durable otherwise; see :func:`backfill_lib.core.staging_mode.staging_mode`).
     metastore_url:
         The embedded default only: a shared Hive metastore database instead of the one-process Derby metastore
         under ``home``, as a PostgreSQL JDBC URL (``jdbc:postgresql://HOST[:PORT]/DATABASE?user=U&password=P``).
@@ -137,7 +138,7 @@ class Settings(BaseModel):
     lease_poll_seconds: float = Field(default=10.0, gt=0)
     cleanup_older_than: str = "30d"
     lineage: LineageSettings = Field(default_factory=LineageSettings)
-    staging: Literal["durable", "pinned"] = "durable"
+    staging: Literal["auto", "durable", "pinned"] = "auto"
     metastore_url: str | None = None
 
     @field_validator("metastore_url")

@@ -378,9 +378,10 @@ class BackfillRequest(_Frozen):
     #: rows as the plan saw them elsewhere; :mod:`backfill_lib.run.past`). Recompute only.
     depends_on_past: bool = False
     #: where validated rows wait for the publish commit: ``durable`` (a staging Delta table per run, kept for
-    #: review and resume) or ``pinned`` (held by the run's Spark session, written once, by the publish commit);
-    #: unset, the settings' ``staging``. A pinned run that stops before publishing resumes by recomputing.
-    staging: Literal["durable", "pinned"] | None = None
+    #: review and resume), ``pinned`` (held by the run's Spark session, written once, by the publish commit) or
+    #: ``auto`` (pinned for one batch straight through, else durable); unset, the settings' ``staging``. A pinned
+    #: run that stops before publishing resumes by recomputing.
+    staging: Literal["auto", "durable", "pinned"] | None = None
 
     @field_validator("batch_size", "concurrency", mode="before")
     @classmethod

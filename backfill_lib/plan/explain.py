@@ -185,13 +185,14 @@ def past_line(plan: BackfillPlan) -> str | None:
 
 
 def staging_line(plan: BackfillPlan) -> str:
-    """Where the run's staged rows wait for the publish commit (:mod:`backfill_lib.core.staging_mode`)."""
+    """Where the run's staged rows wait for the publish commit, and why (:mod:`backfill_lib.core.staging_mode`)."""
+    why = f" ({plan.staging_reason})" if plan.staging_reason else ""
     if plan.staging_mode == PINNED:
-        return ("pinned in the run's Spark session: validated, then written once, by the publish commit (no staging "
-                "table; a stopped run resumes by recomputing; `--until validate`, rebuild, depends_on_past and Spark "
-                f"Connect stage durably in {plan.staging_table})")
-    return (f"durable: staging table {plan.staging_table} (kept for review and resume; publishing rewrites its rows; "
-            "`staging: pinned` in the request or settings writes them once)")
+        return (f"pinned in the run's Spark session{why}: validated, then written once, by the publish commit (no "
+                "staging table; a stopped run resumes by recomputing; with `--until validate` it stages durably in "
+                f"{plan.staging_table})")
+    return (f"durable{why}: staging table {plan.staging_table} (kept for review and resume; publishing rewrites its "
+            "rows)")
 
 
 def explain(plan: BackfillPlan) -> Group:

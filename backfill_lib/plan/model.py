@@ -120,8 +120,12 @@ class BackfillPlan:
     #: request's ``time_zone``, whatever the settings' zone (set by :func:`build_plan`, recorded in the ledger)
     session_time_zone: str = "UTC"
     #: where staged rows wait for the publish commit: ``durable`` (the staging table) or ``pinned`` (held by the
-    #: run's Spark session); set by the runner when the run starts (:func:`backfill_lib.core.staging_mode.staging_mode`)
+    #: run's Spark session); chosen when the plan is prepared and again, knowing how far the run goes, when it
+    #: starts (:func:`backfill_lib.plan.prepare.staging_choice`)
     staging_mode: str = "durable"
+    #: why the run stages so, when the settings or request left it to ``auto`` or it fell back from ``pinned``
+    #: (``"one batch, straight through"``); ``None`` for a mode asked and kept
+    staging_reason: str | None = None
 
     @property
     def write_time_zone(self) -> str:
@@ -301,6 +305,7 @@ class BackfillPlan:
             "batches": [list(b.keys) for b in self.batches],
             "staging_table": self.staging_table,
             "staging_mode": self.staging_mode,
+            "staging_reason": self.staging_reason,
             "current": asdict(total),
             "current_rows": {p.key: p.current.rows for p in self.partitions},
             "current_partitions": {p.key: asdict(p.current) for p in self.partitions},
@@ -394,6 +399,7 @@ def plan_from_summary(summary: dict) -> BackfillPlan:
         batches=batches,
         staging_table=summary["staging_table"],
         staging_mode=summary.get("staging_mode") or "durable",
+        staging_reason=summary.get("staging_reason"),
         source_input=SourceInput(**summary["source_input"]),
         target_columns=tuple(Column(**c) for c in summary["target_columns"]),
         parent_run_id=summary.get("parent_run_id"),

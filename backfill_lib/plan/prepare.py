@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from backfill_lib.adapters.log_reader import log_reader
 from backfill_lib.adapters.delta_log import live_table_blockers, missing_table_message, read_table_state, table_exists
 from backfill_lib.adapters.generated import with_generated
 from backfill_lib.adapters.pool import in_pool
@@ -20,6 +21,7 @@ from backfill_lib.core.errors import IntakeError
 from backfill_lib.core.partition_keys import PartitionKeys
 from backfill_lib.core.partitions import RowFilter
 from backfill_lib.core.settings import Settings
+from backfill_lib.core.staging_mode import StagingChoice, staging_mode
 from backfill_lib.core.table_names import catalog_table, is_path_table, split_table_name, table_path
 from backfill_lib.core.table_state import Column, TableState
 from backfill_lib.intake.names import respell_request
@@ -29,6 +31,7 @@ from backfill_lib.intake.schema_guard import schema_changes
 from backfill_lib.intake.table_checks import check_not_own_location, check_not_own_table, check_writable
 from backfill_lib.intake.where_check import check_where
 from backfill_lib.plan.builder import build_plan
+from backfill_lib.plan.kinds import kind_for
 from backfill_lib.plan.model import BackfillPlan
 from backfill_lib.plan.past_reads import check_past_reads
 from backfill_lib.plan.source_pins import pin_sources
@@ -90,9 +93,19 @@ def prepare(
     if request.strategy.whole_table:  # a rebuild re-creates the table with the source's schema
         source = tuple(Column(f.name, f.dataType.simpleString(), f.nullable) for f in frame.schema.fields)
         changes = schema_changes(source, state.columns)
-    # the staging mode asked; the run falls back to durable where it must (backfill_lib.core.staging_mode)
-    return replace(plan, source_versions=pins, staging_mode=request.staging or settings.staging,
-                   schema_changes=changes), state
+    plan = replace(plan, source_versions=pins, schema_changes=changes)
+    choice = staging_choice(spark, settings, plan, until=None)  # a run with --until validate chooses again
+    return replace(plan, staging_mode=choice.mode, staging_reason=choice.reason), state
+
+
+def staging_choice(spark: SparkSession, settings: Settings, plan: BackfillPlan, until: str | None) -> StagingChoice:
+    """Where ``plan``'s staged rows wait for the publish commit when it runs with ``until`` (``None``, or
+    ``validate``): :func:`~backfill_lib.core.staging_mode.staging_mode` of the request's ``staging``, else the
+    settings', for the plan's strategy, batches and the session ``spark``."""
+    r = plan.request
+    return staging_mode(r.staging or settings.staging, until=until,
+                        can_pin=kind_for(r.strategy, r.publish_mode).can_pin, reads_staged_batches=r.depends_on_past,
+                        session_pins=log_reader(spark).pins_session, batches=len(plan.batches))
 
 
 def written_tables(request: BackfillRequest) -> list[tuple[str, str]]:

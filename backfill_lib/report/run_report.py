@@ -241,9 +241,10 @@ def build_report_data(spark: SparkSession | None, outcome: RunOutcome, docs: Pat
     held = pinned(run["staging_table"])  # a pinned run's rows, while the run that pinned them reports
     staging_there = held or (run["staging_table"] in files.staging_kept([run["staging_table"]]) if spark is None
                              else staging_exists(spark, run["staging_table"]))  # one catalog call for the line and the chart
-    staging_line = ("staged rows pinned in the run's Spark session (no staging table; written once, by the publish)"
+    why = f"{plan['staging_reason']}; " if plan.get("staging_reason") else ""  # auto's choice, or a fall-back
+    staging_line = (f"staged rows pinned in the run's Spark session ({why}no staging table; written once, by the publish)"
                     if plan.get("staging_mode") == "pinned" else
-                    f"staging table {run['staging_table']} ("
+                    f"staging table {run['staging_table']} ({why}"
                     f"{'kept' if staging_there else 'not there: never written, or dropped by cleanup'})")
     lines = (
         f"range {plan['range_start']} .. {plan['range_end_exclusive']} (end exclusive), {plan['partitions']} partitions "

@@ -867,7 +867,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="request field batch_size (default: settings batch_size)")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="request field concurrency (default: settings concurrency)")
-    parser.add_argument("--staging", choices=("durable", "pinned"), default=None,
+    parser.add_argument("--staging", choices=("auto", "durable", "pinned"), default=None,
                         help="the full runs' staging mode (default: the settings')")
     parser.add_argument("--master", default="local[2]", help="Spark master")
     parser.add_argument("--shuffle-partitions", type=int, default=4)

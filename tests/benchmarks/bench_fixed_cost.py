@@ -2,7 +2,7 @@
 
 From the project root::
 
-    python tests/benchmarks/bench_fixed_cost.py [--runs 6] [--code DIR] [--staging durable pinned]
+    python tests/benchmarks/bench_fixed_cost.py [--runs 6] [--code DIR] [--staging auto durable pinned]
 
 One local session (``local[2]``, a fresh home in a temporary folder, 2 shuffle partitions as the tests use) runs
 ``--runs`` recomputes of the test suite's events table (``tests/fixtures.py``), each on new tables, through
@@ -32,7 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--code", default=str(Path(__file__).resolve().parents[2]))
-    parser.add_argument("--staging", nargs="+", choices=("durable", "pinned"), default=["durable"])
+    parser.add_argument("--staging", nargs="+", choices=("auto", "durable", "pinned"), default=["auto"])
     args = parser.parse_args()
     os.environ["BACKFILL_HOME"] = tempfile.mkdtemp(prefix="bench-fixed-")
     os.environ["BACKFILL_SPARK_MASTER"] = "local[2]"

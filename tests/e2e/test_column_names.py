@@ -54,6 +54,7 @@ def test_a_column_mapped_target_with_spaces_works_end_to_end(spark, settings, db
     path = request(tmp_path, f"{db}.mapped",
                    f"SELECT * FROM {db}.mapped_src WHERE `order date` >= :range_start AND `order date` < :range_end",
                    keys=("order id",), partition_column="order date", gates={"allow_row_growth": True},
+                   staging="durable",  # the staging table of a column-mapped target is looked at below
                    reconciliation=[{"name": "rows", "metric": "count(*)",
                                     "source": {"table": f"{db}.mapped_src", "partition_column": "order date",
                                                "metric": "count(*)"}}])

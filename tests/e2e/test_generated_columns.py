@@ -194,11 +194,11 @@ def test_a_source_supplying_another_event_date_is_refused_at_validation(spark, s
         "(3, TIMESTAMP'2024-03-09 15:00:00Z', 3, DATE'2024-03-09'), "
         "(4, TIMESTAMP'2024-03-10 12:00:00Z', 4, DATE'2024-03-09'), "
         "(8, TIMESTAMP'2024-03-10 13:00:00Z', 8, DATE'2024-03-10') AS s(id, ts, v, event_date) "
-        "WHERE ts >= :range_start AND ts < :range_end", end=date(2024, 3, 10))
+        "WHERE ts >= :range_start AND ts < :range_end", end=date(2024, 3, 10), staging="durable")
     with pytest.raises(GateFailedError) as err:
         run(spark, settings, request)
     assert err.value.exit_code == 3
-    [staging] = staging_tables(spark, settings, db)
+    [staging] = staging_tables(spark, settings, db)  # kept for review
     assert [c.describe() for c in err.value.failures] == [
         "constraint generated: event_date = CAST(ts AS DATE) failed on the range: 1 staged row of "
         f"{settings.staging_schema}.{staging} has a value of event_date other than "

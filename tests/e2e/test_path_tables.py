@@ -182,7 +182,8 @@ def test_recompute_of_one_day_of_a_path_table_from_a_pinned_path_source_with_a_p
     request = path_request(tmp_path, target, f"SELECT id, d, v * 10 AS v FROM {source} "
                                              "WHERE d >= :range_start AND d < :range_end",
                            marts=[{"table": monthly, "partition_column": "month", "grain": "month",
-                                   "sql": str(mart_sql), "keys": ["month"]}])
+                                   "sql": str(mart_sql), "keys": ["month"]}],
+                           staging="durable")  # its staging table, in the staging schema, is read below
     before, outside = spark.table(target).collect(), "d <> DATE'2024-03-09'"
     before_files = files_of(spark, target, outside)
 

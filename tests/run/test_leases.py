@@ -365,8 +365,9 @@ def test_a_second_overlapping_run_is_refused_until_the_first_is_final(spark, set
     make_events(spark, db, FULL_SOURCE)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    first_request = events_request(tmp_path / "a", db, start=D8, end=D9)
-    second_request = events_request(tmp_path / "b", db, start=D9, end=D10)
+    # durable: the cleanup at the end looks at each run's staging table
+    first_request = events_request(tmp_path / "a", db, start=D8, end=D9, staging="durable")
+    second_request = events_request(tmp_path / "b", db, start=D9, end=D10, staging="durable")
     first, state = prepare(spark, settings, first_request, run_id="lease_first")
     assert make_runner().run(first, state, until="validate").status == "validated"
 

@@ -223,7 +223,7 @@ def test_a_staging_table_left_by_an_earlier_layout_is_refused_before_any_write(s
     from backfill_lib.core.errors import SchemaMismatchError
 
     make_events(spark, db, SOURCE)
-    plan, state = prepare(spark, settings, events_request(tmp_path, db))
+    plan, state = prepare(spark, settings, events_request(tmp_path, db, staging="durable"))
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {plan.staging_table.rsplit('.', 1)[0]}")
     spark.table(f"{db}.events").limit(0).write.format("delta").partitionBy("dt").saveAsTable(plan.staging_table)
     with pytest.raises(SchemaMismatchError, match=rf"^staging table {plan.staging_table} has no _backfill_batch column"):

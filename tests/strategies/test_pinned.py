@@ -6,10 +6,12 @@ from decimal import Decimal
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql.types import DateType, DecimalType, IntegerType, StructField, StructType
+from rich.console import Console
 
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import RequestError
 from backfill_lib.ledger import Ledger
+from backfill_lib.plan.explain import explain
 from backfill_lib.run import staging
 from backfill_lib.run.staging import Layout, pinned_layout
 from backfill_lib.runner import prepare
@@ -43,6 +45,43 @@ def test_a_pinned_recompute_publishes_the_validated_rows_in_one_commit_and_write
     assert stored["staging_mode"] == "pinned"
     report = (settings.runs_dir / plan.run_id / "report.md").read_text()
     assert "staged rows pinned in the run's Spark session" in report
+
+
+def test_by_default_a_run_of_one_batch_pins_and_a_run_of_several_batches_or_until_validate_stages_durably(
+        spark, settings, db, tmp_path):
+    make_events(spark, db, SOURCE)
+    assert settings.staging == "auto"  # conf/settings.yml, as a new user has it
+
+    def explained(plan) -> str:
+        console = Console(record=True, width=400)
+        console.print(explain(plan))
+        return console.export_text()
+
+    one, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10))
+    assert (len(one.batches), one.staging_mode, one.staging_reason) == (1, "pinned", "one batch, straight through")
+    assert "staging                pinned in the run's Spark session (one batch, straight through): validated" in explained(one)
+    assert quiet_runner(spark, settings).run(one, state).status == "published"
+    assert not spark.catalog.tableExists(one.staging_table)
+    report = (settings.runs_dir / one.run_id / "report.md").read_text()
+    assert "staged rows pinned in the run's Spark session (one batch, straight through; no staging table" in report
+
+    several, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, batch_size=1))
+    reason = "2 batches: a stopped run resumes from the batches it staged"
+    assert (several.staging_mode, several.staging_reason) == ("durable", reason)
+    assert f"staging                durable ({reason}): staging table {several.staging_table}" in explained(several)
+    result = quiet_runner(spark, settings).run(several, state)
+    assert result.status == "unchanged"  # the rows the first run published
+    assert spark.catalog.tableExists(several.staging_table)
+    stored = json.loads(Ledger(spark, settings.ledger_schema).find_run(several.run_id)["plan_json"])
+    assert (stored["staging_mode"], stored["staging_reason"]) == ("durable", reason)
+
+    review, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, sql=(
+        f"SELECT id, dt, v * 100 AS v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end")))
+    assert review.staging_mode == "pinned"  # the plan goes straight through; --until validate chooses again
+    result = quiet_runner(spark, settings).run(review, state, until="validate")
+    assert (result.status, result.plan.staging_mode) == ("validated", "durable")
+    assert result.plan.staging_reason.startswith("the run stops for review (--until validate)")
+    assert spark.table(review.staging_table).where("id = 9 AND v = 90000").count() == 1
 
 
 @pytest.mark.parametrize("hint, layout", [

@@ -119,7 +119,8 @@ def test_the_post_publish_check_reads_the_commit_from_the_log_and_falls_back_to_
     # files it removed per partition. Anything the log cannot prove sends the check to the data, read back.
     table(spark, f"{db}.t", ID_DT_AMT, [(1, D8, 0), (2, D9, 0)])
     sql = "SELECT CAST(id AS INT) AS id, DATE'2024-03-09' AS dt, 7 AS amt FROM range(3)"
-    result = run(spark, settings, request(tmp_path, f"{db}.t", sql, keys=("id", "dt")))  # id 1 also lives on 03-08
+    result = run(spark, settings, request(tmp_path, f"{db}.t", sql, keys=("id", "dt"),  # id 1 also lives on 03-08
+                                          staging="durable"))  # the staged fingerprints are read back below
     plan, version = result.plan, result.published_version
     staged = staged_fingerprints(spark, plan, plan.predicate())
     rows, checksum = staged["2024-03-09"]
