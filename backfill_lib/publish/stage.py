@@ -19,6 +19,7 @@ from backfill_lib.core.checks import Check
 from backfill_lib.core.errors import (
     AbandonedError,
     CancelledError,
+    FenceError,
     RolledBackError,
     SourceChangedError,
     failure_message,
@@ -128,15 +129,25 @@ class Publish:
                 if plan.target_change_data_feed:
                     reporter.stage("change data feed: " + strategy.change_feed(
                         plan, staged.rows, None if validated is None else diff_rows(validated.diffs)))
-                _, version, wrote = with_conflict_retry(
-                    lambda: self._publish_in_write_zone(strategy, staged),
-                    what=f"publishing {len(plan.partitions)} partitions [{plan.partitions[0].key} .. "
-                         f"{plan.partitions[-1].key}] of {plan.target_table}",
-                    attempts=self.settings.conflict_attempts, base_seconds=self.settings.retry_base_seconds,
-                    max_seconds=self.settings.retry_max_seconds,
-                    on_retry=lambda n, exc, delay: reporter.stage(f"publish: commit conflict, attempt {n + 1} in {delay:.1f} s"),
-                )
-                crash_point("after_publish")
+                try:
+                    _, version, wrote = with_conflict_retry(
+                        lambda: self._publish_in_write_zone(strategy, staged),
+                        what=f"publishing {len(plan.partitions)} partitions [{plan.partitions[0].key} .. "
+                             f"{plan.partitions[-1].key}] of {plan.target_table}",
+                        attempts=self.settings.conflict_attempts, base_seconds=self.settings.retry_base_seconds,
+                        max_seconds=self.settings.retry_max_seconds,
+                        on_retry=lambda n, exc, delay: reporter.stage(f"publish: commit conflict, attempt {n + 1} in {delay:.1f} s"),
+                    )
+                except FenceError:
+                    # Another process running this run ID (the same run started twice, or resumed while it still
+                    # ran) may have committed since the look above: that commit is this run's, not a change.
+                    version = committed_version(self.spark, plan.target_table, plan.commit_run_id, "publish",
+                                                plan.target_version)
+                    if version is None:
+                        raise
+                    reporter.stage(f"found this run's commit: {plan.target_table} version {version}")
+                else:
+                    crash_point("after_publish")
             else:
                 reporter.stage(f"found this run's commit: {plan.target_table} version {version}")
             pre = version - 1  # the table as it was just before this run's commit, whoever committed before it
