@@ -185,14 +185,24 @@ def past_line(plan: BackfillPlan) -> str | None:
 
 
 def staging_line(plan: BackfillPlan) -> str:
-    """Where the run's staged rows wait for the publish commit, and why (:mod:`backfill_lib.core.staging_mode`)."""
+    """Where the run's staged rows wait for the publish commit, and why (:mod:`backfill_lib.core.staging_mode`).
+
+    The staging table is named with ``<run ID>`` in place of the plan's ID: ``backfill run`` plans again under a run
+    ID of its own, and its staging table carries that one."""
     why = f" ({plan.staging_reason})" if plan.staging_reason else ""
+    table = _any_run(plan.staging_table, plan.run_id)
     if plan.staging_mode == PINNED:
         return (f"pinned in the run's Spark session{why}: validated, then written once, by the publish commit (no "
                 "staging table; a stopped run resumes by recomputing; with `--until validate` it stages durably in "
-                f"{plan.staging_table})")
-    return (f"durable{why}: staging table {plan.staging_table} (kept for review and resume; publishing rewrites its "
-            "rows)")
+                f"{table})")
+    return f"durable{why}: staging table {table} (kept for review and resume; publishing rewrites its rows)"
+
+
+def _any_run(staging_table: str, run_id: str) -> str:
+    """``staging_table`` with its trailing ``run_id`` (before a closing back-quote, if any) shown as ``<run ID>``."""
+    quote = "`" if staging_table.endswith("`") else ""
+    body = staging_table[:len(staging_table) - len(quote)]
+    return body[:-len(run_id)] + "<run ID>" + quote if body.endswith(run_id) else staging_table
 
 
 def explain(plan: BackfillPlan) -> Group:

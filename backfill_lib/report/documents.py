@@ -362,6 +362,9 @@ class RunDetail(_Model):
     owner: str | None
     reason: str | None
     staging_table: str | None
+    staging: Literal["durable", "pinned"] = Field(
+        description="Where the run's staged rows waited: its staging table (durable) or its Spark session (pinned: "
+                    "no staging table; a stopped run resumes by recomputing).")
     staging_kept: bool
     versions: Versions
     rollback_until: str | None

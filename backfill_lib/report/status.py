@@ -3,6 +3,7 @@ text view's rows and as the :class:`~backfill_lib.report.documents.StatusDocumen
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,7 +55,7 @@ def status_document(source: StatusSource, run_id: str | None) -> StatusDocument:
     r = source.run(run_id)
     return StatusDocument(runs=None, run=RunDetail(
         run_id=run_id, status=r["status"], request=r["request_name"], target_table=r["target_table"], owner=r["owner"],
-        reason=r["reason"], staging_table=r["staging_table"],
+        reason=r["reason"], staging_table=r["staging_table"], staging=staging_mode_of(r),
         staging_kept=r["staging_table"] in source.staging_kept([r["staging_table"]]),
         versions=Versions(target_seen=r["target_version_seen"], pre_publish=r["pre_publish_version"],
                           published=r["published_version"]),
@@ -82,6 +83,17 @@ class RunStatus:
     run: dict
     staging_kept: bool
     partitions: list[dict]
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the run held its staged rows in its Spark session (no staging table to look for)."""
+        return staging_mode_of(self.run) == "pinned"
+
+
+def staging_mode_of(run: dict) -> str:
+    """``durable`` or ``pinned``: where ``run`` (a ledger record with its ``plan_json``) staged its rows; a run
+    recorded before pinned staging existed, or with no plan, staged durably."""
+    return json.loads(run.get("plan_json") or "{}").get("staging_mode") or "durable"
 
 
 def run_list(source: StatusSource) -> RunList:

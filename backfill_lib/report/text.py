@@ -13,6 +13,9 @@ from rich.table import Table
 
 from backfill_lib.core.settings import Settings
 
+#: A run's statuses while its process works (or after it stopped without recording an end).
+UNDER_WAY = ("planned", "staging", "validating", "publishing")
+
 
 def print_result(console: Console, settings: Settings, result) -> None:
     """The lines ``run``, ``resume`` and ``publish`` end with: what the run did, and its marts."""
@@ -85,10 +88,16 @@ def print_status(console: Console, run_id: str | None, shown) -> None:
     )
     console.print(
         f"target version seen {run_['target_version_seen']}, pre-publish {run_['pre_publish_version']}, "
-        f"published {run_['published_version']}; staging {run_['staging_table']} "
-        f"({'kept' if shown.staging_kept else 'not there: never written, or dropped'})",
+        f"published {run_['published_version']}; "
+        + ("staging pinned in the run's Spark session (no staging table; a stopped run resumes by recomputing)"
+           if shown.pinned else
+           f"staging {run_['staging_table']} ({'kept' if shown.staging_kept else 'not there: never written, or dropped'})"),
         highlight=False,
     )
+    if run_["status"] in UNDER_WAY:
+        console.print(f"{run_['status']}: running, or stopped (a run records its last steps with its commit, so a "
+                      f"stopped run may have published already); `backfill resume {run_id}` finishes a stopped run "
+                      "and finds a commit it made by run ID", highlight=False, soft_wrap=True)
     if run_.get("rollback_until"):
         until = run_["rollback_until"].astimezone(timezone.utc)  # naive local time, as pyspark returns it
         console.print(f"rollback (RESTORE) possible until {until:%Y-%m-%d %H:%M} UTC under the table's retention",

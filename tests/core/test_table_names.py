@@ -138,5 +138,5 @@ def test_backfill_plan_prints_a_quoted_target_and_its_staging_table_as_spelt(tmp
     console.print(explain(plan))
     text = console.export_text()
     assert f"target                 {name} at version 3" in text
-    assert f"staging                durable: staging table {plan.staging_table} (kept" in text
+    assert f"staging                durable: staging table stg.q__sales_eu_order_x__{digest}__<run ID> (kept" in text
     assert f"replaceWhere on {name}: (`d` >= DATE'2024-03-09' AND `d` < DATE'2024-03-10')" in text

@@ -214,6 +214,8 @@ def test_status_from_a_second_terminal_answers_while_a_run_holds_the_home(story)
     assert re.search(r"term_me\s+│\s+(planned|staging)\s+│", listed.stdout), listed.stdout
     assert re.search(rf"{run_id}\s+│\s+rolled_back\s+│", listed.stdout), listed.stdout
     assert re.search(r"^run term_me: (planned|staging) ", one.stdout, re.M), one.stdout
+    assert re.search(r"^(planned|staging): running, or stopped \(.*\); `backfill resume term_me` finishes a stopped run",
+                     one.stdout, re.M), one.stdout
     runs = {r["run_id"]: r["status"] for r in json.loads(document.stdout)["runs"]}
     assert runs["term_me"] in ("planned", "staging") and runs[run_id] == "rolled_back"
 

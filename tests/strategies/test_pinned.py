@@ -8,10 +8,12 @@ from chispa import assert_df_equality
 from pyspark.sql.types import DateType, DecimalType, IntegerType, StructField, StructType
 from rich.console import Console
 
+from backfill_lib import api
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.core.errors import RequestError
 from backfill_lib.ledger import Ledger
 from backfill_lib.plan.explain import explain
+from backfill_lib.report.text import print_status
 from backfill_lib.run import staging
 from backfill_lib.run.staging import Layout, pinned_layout
 from backfill_lib.runner import prepare
@@ -45,6 +47,12 @@ def test_a_pinned_recompute_publishes_the_validated_rows_in_one_commit_and_write
     assert stored["staging_mode"] == "pinned"
     report = (settings.runs_dir / plan.run_id / "report.md").read_text()
     assert "staged rows pinned in the run's Spark session" in report
+    console = Console(record=True, width=400)
+    print_status(console, plan.run_id, api.status(plan.run_id, settings=settings, spark=spark))
+    assert (f"published {before + 1}; staging pinned in the run's Spark session (no staging table; a stopped run "
+            "resumes by recomputing)") in console.export_text()
+    document = api.status_document(plan.run_id, settings=settings, spark=spark).run
+    assert (document.staging, document.staging_kept) == ("pinned", False)
 
 
 def test_by_default_a_run_of_one_batch_pins_and_a_run_of_several_batches_or_until_validate_stages_durably(
@@ -60,6 +68,7 @@ def test_by_default_a_run_of_one_batch_pins_and_a_run_of_several_batches_or_unti
     one, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10))
     assert (len(one.batches), one.staging_mode, one.staging_reason) == (1, "pinned", "one batch, straight through")
     assert "staging                pinned in the run's Spark session (one batch, straight through): validated" in explained(one)
+    assert f"with `--until validate` it stages durably in {one.staging_table.removesuffix(one.run_id)}<run ID>)" in explained(one)
     assert quiet_runner(spark, settings).run(one, state).status == "published"
     assert not spark.catalog.tableExists(one.staging_table)
     report = (settings.runs_dir / one.run_id / "report.md").read_text()
@@ -68,12 +77,15 @@ def test_by_default_a_run_of_one_batch_pins_and_a_run_of_several_batches_or_unti
     several, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, batch_size=1))
     reason = "2 batches: a stopped run resumes from the batches it staged"
     assert (several.staging_mode, several.staging_reason) == ("durable", reason)
-    assert f"staging                durable ({reason}): staging table {several.staging_table}" in explained(several)
+    shown = several.staging_table.removesuffix(several.run_id) + "<run ID>"  # `backfill run` stages under its own ID
+    assert f"staging                durable ({reason}): staging table {shown} (kept" in explained(several)
     result = quiet_runner(spark, settings).run(several, state)
     assert result.status == "unchanged"  # the rows the first run published
     assert spark.catalog.tableExists(several.staging_table)
     stored = json.loads(Ledger(spark, settings.ledger_schema).find_run(several.run_id)["plan_json"])
     assert (stored["staging_mode"], stored["staging_reason"]) == ("durable", reason)
+    document = api.status_document(several.run_id, settings=settings, spark=spark).run
+    assert (document.staging, document.staging_kept) == ("durable", True)
 
     review, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, sql=(
         f"SELECT id, dt, v * 100 AS v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end")))
