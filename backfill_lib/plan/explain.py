@@ -190,7 +190,7 @@ def staging_line(plan: BackfillPlan) -> str:
     The staging table is named with ``<run ID>`` in place of the plan's ID: ``backfill run`` plans again under a run
     ID of its own, and its staging table carries that one."""
     why = f" ({plan.staging_reason})" if plan.staging_reason else ""
-    table = _any_run(plan.staging_table, plan.run_id)
+    table = staging_table_of_any_run(plan)
     if plan.staging_mode == PINNED:
         return (f"pinned in the run's Spark session{why}: validated, then written once, by the publish commit (no "
                 "staging table; a stopped run resumes by recomputing; with `--until validate` it stages durably in "
@@ -198,11 +198,13 @@ def staging_line(plan: BackfillPlan) -> str:
     return f"durable{why}: staging table {table} (kept for review and resume; publishing rewrites its rows)"
 
 
-def _any_run(staging_table: str, run_id: str) -> str:
-    """``staging_table`` with its trailing ``run_id`` (before a closing back-quote, if any) shown as ``<run ID>``."""
-    quote = "`" if staging_table.endswith("`") else ""
-    body = staging_table[:len(staging_table) - len(quote)]
-    return body[:-len(run_id)] + "<run ID>" + quote if body.endswith(run_id) else staging_table
+def staging_table_of_any_run(plan: BackfillPlan) -> str:
+    """``plan``'s staging table with its trailing run ID (before a closing back-quote, if any) shown as
+    ``<run ID>``: what ``backfill plan`` names, since ``backfill run`` plans again under a run ID of its own."""
+    table, run_id = plan.staging_table, plan.run_id
+    quote = "`" if table.endswith("`") else ""
+    body = table[:len(table) - len(quote)]
+    return body[:-len(run_id)] + "<run ID>" + quote if body.endswith(run_id) else table
 
 
 def explain(plan: BackfillPlan) -> Group:

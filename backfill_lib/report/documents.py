@@ -26,6 +26,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from backfill_lib.core.checks import Check
+from backfill_lib.plan.explain import staging_table_of_any_run
 from backfill_lib.plan.model import BackfillPlan, plan_from_summary
 from backfill_lib.report.render import PartitionRow
 from backfill_lib.plan.kinds import kind_for
@@ -117,7 +118,9 @@ class PlanDocument(_Document):
     totals: Totals
     batches: list[PlanBatch]
     publish_statement: str | None = Field(description="The publishing statement in full; null without partitions.")
-    staging_table: str
+    staging_table: str = Field(
+        description="The staging table a run of this plan stages into (durable, or pinned with --until validate), "
+                    "named with <run ID>: `backfill run` plans again under a run ID of its own.")
     staging: Literal["durable", "pinned"] = Field(
         description="Where staged rows wait for the publish commit: the staging table (durable) or the run's Spark "
                     "session (pinned; a run with --until validate, a rebuild, depends_on_past or Spark Connect "
@@ -162,7 +165,7 @@ def plan_document(plan: BackfillPlan) -> PlanDocument:
         totals=Totals(files=total.files, bytes=total.bytes, rows=total.rows),
         batches=[PlanBatch(index=b.index, partitions=list(b.keys)) for b in plan.batches],
         publish_statement=strategy.publish_statement(plan) if parts or strategy.whole_table else None,
-        staging_table=plan.staging_table,
+        staging_table=staging_table_of_any_run(plan),
         staging=plan.staging_mode,
         source_versions=(None if plan.source_versions is None
                          else [SourcePin(table=s.table, version=s.version) for s in plan.source_versions]),
@@ -235,7 +238,9 @@ class RunDocument(_Document):
     reason: str | None
     strategy: str | None
     target_table: str | None
-    staging_table: str | None
+    staging_table: str | None = Field(description="The run's staging table; null for a pinned run (none).")
+    staging: Literal["durable", "pinned"] = Field(
+        description="Where the run's staged rows waited: its staging table (durable) or its Spark session (pinned).")
     versions: Versions
     rollback_until: str | None = Field(
         description="Until when (UTC, ISO 8601) RESTORE to versions.pre_publish stays possible; null if unknown.")
@@ -279,6 +284,12 @@ def partition_rows(plan_json: dict, rows: dict[str, int | None], diffs: dict[str
     return tuple(out)
 
 
+def staging_mode_of(run: dict) -> Literal["durable", "pinned"]:
+    """Where ``run`` (a ledger record with its ``plan_json``) staged its rows: ``durable`` or ``pinned``; a run
+    recorded before pinned staging existed, or with no plan, staged durably."""
+    return json.loads(run.get("plan_json") or "{}").get("staging_mode") or "durable"
+
+
 def _sum(values: list[int | None]) -> int | None:
     return None if any(v is None for v in values) else sum(values)
 
@@ -299,7 +310,8 @@ def run_document(run: dict, rows: dict[str, int | None], checks: tuple[Check, ..
         reason=run.get("reason"),
         strategy=run.get("strategy"),
         target_table=run.get("target_table"),
-        staging_table=run.get("staging_table"),
+        staging_table=None if staging_mode_of(run) == "pinned" else run.get("staging_table"),
+        staging=staging_mode_of(run),
         versions=Versions(target_seen=run.get("target_version_seen"), pre_publish=run.get("pre_publish_version"),
                           published=run.get("published_version")),
         rollback_until=utc_text(run.get("rollback_until")),
@@ -361,7 +373,7 @@ class RunDetail(_Model):
     target_table: str | None
     owner: str | None
     reason: str | None
-    staging_table: str | None
+    staging_table: str | None = Field(description="The run's staging table; null for a pinned run (none).")
     staging: Literal["durable", "pinned"] = Field(
         description="Where the run's staged rows waited: its staging table (durable) or its Spark session (pinned: "
                     "no staging table; a stopped run resumes by recomputing).")

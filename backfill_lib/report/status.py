@@ -3,12 +3,12 @@ text view's rows and as the :class:`~backfill_lib.report.documents.StatusDocumen
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Protocol
 
 from backfill_lib.ledger import Ledger
-from backfill_lib.report.documents import PartitionStatus, RunDetail, RunListItem, StatusDocument, Versions, utc_text
+from backfill_lib.report.documents import (PartitionStatus, RunDetail, RunListItem, StatusDocument, Versions,
+                                          staging_mode_of, utc_text)
 from backfill_lib.run.cleanup import staging_kept
 
 
@@ -55,8 +55,9 @@ def status_document(source: StatusSource, run_id: str | None) -> StatusDocument:
     r = source.run(run_id)
     return StatusDocument(runs=None, run=RunDetail(
         run_id=run_id, status=r["status"], request=r["request_name"], target_table=r["target_table"], owner=r["owner"],
-        reason=r["reason"], staging_table=r["staging_table"], staging=staging_mode_of(r),
-        staging_kept=r["staging_table"] in source.staging_kept([r["staging_table"]]),
+        reason=r["reason"], staging=(mode := staging_mode_of(r)),
+        staging_table=None if mode == "pinned" else r["staging_table"],
+        staging_kept=mode != "pinned" and r["staging_table"] in source.staging_kept([r["staging_table"]]),
         versions=Versions(target_seen=r["target_version_seen"], pre_publish=r["pre_publish_version"],
                           published=r["published_version"]),
         rollback_until=utc_text(r.get("rollback_until")), approved_by=r.get("approved_by"), message=r["message"],
@@ -88,12 +89,6 @@ class RunStatus:
     def pinned(self) -> bool:
         """Whether the run held its staged rows in its Spark session (no staging table to look for)."""
         return staging_mode_of(self.run) == "pinned"
-
-
-def staging_mode_of(run: dict) -> str:
-    """``durable`` or ``pinned``: where ``run`` (a ledger record with its ``plan_json``) staged its rows; a run
-    recorded before pinned staging existed, or with no plan, staged durably."""
-    return json.loads(run.get("plan_json") or "{}").get("staging_mode") or "durable"
 
 
 def run_list(source: StatusSource) -> RunList:

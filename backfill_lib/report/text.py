@@ -87,8 +87,8 @@ def print_status(console: Console, run_id: str | None, shown) -> None:
         highlight=False,
     )
     console.print(
-        f"target version seen {run_['target_version_seen']}, pre-publish {run_['pre_publish_version']}, "
-        f"published {run_['published_version']}; "
+        f"target version seen {_n(run_['target_version_seen'])}, pre-publish {_n(run_['pre_publish_version'])}, "
+        f"published {_n(run_['published_version'])}; "
         + ("staging pinned in the run's Spark session (no staging table; a stopped run resumes by recomputing)"
            if shown.pinned else
            f"staging {run_['staging_table']} ({'kept' if shown.staging_kept else 'not there: never written, or dropped'})"),
@@ -151,6 +151,11 @@ def print_cleanup(console: Console, done) -> None:
 
 def _s(v) -> str:
     return "" if v is None else str(v)
+
+
+def _n(v) -> str:
+    """A version as a sentence says it: ``none`` when there is none yet."""
+    return "none" if v is None else str(v)
 
 
 def print_demo(console: Console, result) -> None:

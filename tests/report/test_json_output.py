@@ -57,7 +57,7 @@ def test_a_plan_built_without_spark_gives_its_range_partitions_batches_and_state
     assert doc["partitions"][0] == {"key": "2013-01-01", "batch": 0, "files": 2, "bytes": 1000, "rows": 265}
     assert doc["partitions"][1]["rows"] == 0 and doc["partitions"][-1]["batch"] == 2
     assert doc["totals"] == {"files": 3, "bytes": 1500, "rows": 551}
-    assert doc["target"]["version"] == 7 and doc["staging_table"] == "stg.demo__daily_route_delays__bf_test"
+    assert doc["target"]["version"] == 7 and doc["staging_table"] == "stg.demo__daily_route_delays__<run ID>"
     assert doc["publish_statement"] == ("replaceWhere on demo.daily_route_delays: (`flight_date` >= DATE'2013-01-01' "
                                         "AND `flight_date` < DATE'2013-04-01')")
     assert doc["source_versions"] is None  # pinned when a run starts
@@ -82,6 +82,7 @@ def test_a_run_document_lists_failed_checks_first_and_unknown_totals_as_null(tmp
     assert by_key["2013-01-02"]["gate"] == "failed" and by_key["2013-01-01"]["gate"] == "passed"
     assert doc["totals"] == {"partitions": 90, "rows_before": 551, "rows_after": None}
     assert doc["report"]["summary"] == str(tmp_path / "summary.json")
+    assert (doc["staging"], doc["staging_table"]) == ("durable", plan.staging_table)
 
 
 def test_errors_before_spark_print_an_error_document_with_the_exit_code(tmp_path, capsys):

@@ -52,7 +52,9 @@ def test_a_pinned_recompute_publishes_the_validated_rows_in_one_commit_and_write
     assert (f"published {before + 1}; staging pinned in the run's Spark session (no staging table; a stopped run "
             "resumes by recomputing)") in console.export_text()
     document = api.status_document(plan.run_id, settings=settings, spark=spark).run
-    assert (document.staging, document.staging_kept) == ("pinned", False)
+    assert (document.staging, document.staging_table, document.staging_kept) == ("pinned", None, False)
+    summary = json.loads((settings.runs_dir / plan.run_id / "summary.json").read_text())
+    assert (summary["staging"], summary["staging_table"]) == ("pinned", None)  # also what `run --json` prints
 
 
 def test_by_default_a_run_of_one_batch_pins_and_a_run_of_several_batches_or_until_validate_stages_durably(
@@ -85,7 +87,7 @@ def test_by_default_a_run_of_one_batch_pins_and_a_run_of_several_batches_or_unti
     stored = json.loads(Ledger(spark, settings.ledger_schema).find_run(several.run_id)["plan_json"])
     assert (stored["staging_mode"], stored["staging_reason"]) == ("durable", reason)
     document = api.status_document(several.run_id, settings=settings, spark=spark).run
-    assert (document.staging, document.staging_kept) == ("durable", True)
+    assert (document.staging, document.staging_table, document.staging_kept) == ("durable", several.staging_table, True)
 
     review, state = prepare(spark, settings, events_request(tmp_path, db, start=D9, end=D10, sql=(
         f"SELECT id, dt, v * 100 AS v FROM {db}.events_src WHERE dt >= :range_start AND dt < :range_end")))
