@@ -310,8 +310,9 @@ def run_document(run: dict, rows: dict[str, int | None], checks: tuple[Check, ..
         reason=run.get("reason"),
         strategy=run.get("strategy"),
         target_table=run.get("target_table"),
-        staging_table=None if staging_mode_of(run) == "pinned" else run.get("staging_table"),
-        staging=staging_mode_of(run),
+        staging_table=(None if (mode := plan_json.get("staging_mode") or "durable") == "pinned"
+                       else run.get("staging_table")),
+        staging=mode,
         versions=Versions(target_seen=run.get("target_version_seen"), pre_publish=run.get("pre_publish_version"),
                           published=run.get("published_version")),
         rollback_until=utc_text(run.get("rollback_until")),

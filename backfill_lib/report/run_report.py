@@ -32,7 +32,8 @@ from backfill_lib.intake.request import Strategy
 from backfill_lib.intake.schema_guard import SchemaChange, changes_line
 from backfill_lib.plan.explain import NO_PINS
 from backfill_lib.plan.model import plan_from_summary
-from backfill_lib.report.documents import ReportDocument, RunDocument, partition_rows, run_document, write_summary
+from backfill_lib.report.documents import (ReportDocument, RunDocument, partition_rows, run_document, staging_mode_of,
+                                          write_summary)
 from backfill_lib.report.render import (
     SAMPLE_LIMIT,
     ColumnChange,
@@ -243,7 +244,7 @@ def build_report_data(spark: SparkSession | None, outcome: RunOutcome, docs: Pat
                              else staging_exists(spark, run["staging_table"]))  # one catalog call for the line and the chart
     why = f"{plan['staging_reason']}; " if plan.get("staging_reason") else ""  # auto's choice, or a fall-back
     staging_line = (f"staged rows pinned in the run's Spark session ({why}no staging table; written once, by the publish)"
-                    if plan.get("staging_mode") == "pinned" else
+                    if staging_mode_of(run) == "pinned" else
                     f"staging table {run['staging_table']} ({why}"
                     f"{'kept' if staging_there else 'not there: never written, or dropped by cleanup'})")
     lines = (

@@ -99,5 +99,5 @@ def run_list(source: StatusSource) -> RunList:
 def run_status(source: StatusSource, run_id: str) -> RunStatus:
     """Raises :class:`~backfill_lib.core.errors.RunNotFoundError` when the ledger has no such run."""
     run = source.run(run_id)
-    return RunStatus(run, run["staging_table"] in source.staging_kept([run["staging_table"]]),
-                     source.partitions(run_id))
+    kept = staging_mode_of(run) != "pinned" and run["staging_table"] in source.staging_kept([run["staging_table"]])
+    return RunStatus(run, kept, source.partitions(run_id))
