@@ -157,10 +157,12 @@ def diff_by_key(
         The columns the backfill is meant to change; see :attr:`PartitionDiff.updated_outside`.
 
     inserted : callable, optional
-        Called once, when some key is inserted, with a DataFrame of the inserted keys (one row per inserted key
-        and partition, columns ``keys`` as given, without the partition columns the diff adds; a keys-only pass
-        over both sides) and how many rows were inserted (at least as many as those keys); from another thread,
-        while the sample rows are read, its Spark jobs in the run's FAIR pool. What it raises is raised here.
+        Called once, when some key is inserted, with the inserted keys (one per inserted key and partition, of
+        ``keys`` as given, without the partition columns the diff adds) and how many rows were inserted (at least
+        as many as those keys): a DataFrame of columns ``keys`` (a keys-only pass over both sides), or, when the
+        rows were paired in the driver and every key is of a type :func:`_literal` accepts, a list of tuples of
+        Python values (no Spark job). From another thread, while the sample rows are read, its Spark jobs in the
+        run's FAIR pool. What it raises is raised here.
     rows_at_most : int, optional
         At least as many rows as both sides hold together, when the caller knows it. Up to :data:`DRIVER_ROWS`, and
         with keys of types whose Python values compare as Spark joins them (integers, decimals, strings of the
@@ -212,10 +214,19 @@ def diff_by_key(
     with ThreadPoolExecutor(1, thread_name_prefix="diff-inserted") as pool:
         called = None
         if inserted is not None and added:
-            new = both.groupBy(*ks).agg(F.count_if(~F.col("s")).alias("nt")).where(F.col("nt") == 0)
             spark = both.sparkSession
-            called = pool.submit(in_pool, spark, inserted, new.select(*[F.col(f"k{keys.index(k)}").alias(k)
-                                                                        for k in asked]), added)
+            at = [keys.index(k) for k in asked]
+            if collected is not None and all(_literal(both.schema[f"k{i}"].dataType) for i in at):
+                # the rows are in the driver already: the inserted keys as Python values, no Spark job
+                sides: dict[tuple, set] = {}
+                for r in collected:
+                    sides.setdefault(r["key"], set()).add(r["s"])
+                new_keys = [tuple(key[i] for i in at) for key, s in sides.items() if s == {True}]
+                called = pool.submit(in_pool, spark, inserted, new_keys, added)
+            else:
+                new = both.groupBy(*ks).agg(F.count_if(~F.col("s")).alias("nt")).where(F.col("nt") == 0)
+                called = pool.submit(in_pool, spark, inserted, new.select(*[F.col(f"k{i}").alias(k)
+                                                                            for i, k in zip(at, asked)]), added)
         if not chosen:
             samples = {}
         elif collected is not None:
@@ -367,6 +378,13 @@ def _driver_keys(both: DataFrame, ks: list[str]) -> list[Column] | None:
         else:
             return None
     return out
+
+
+def _literal(kind: DataType) -> bool:
+    """Whether a key of type ``kind`` collects (:func:`_driver_keys`) as the Python value a Spark literal of its
+    value is made from: integers, decimals, booleans, dates and strings of the default collation."""
+    return isinstance(kind, (IntegralType, DecimalType, BooleanType, DateType)) or (
+        isinstance(kind, StringType) and getattr(kind, "collation", "UTF8_BINARY") == "UTF8_BINARY")
 
 
 def _collected(both: DataFrame, ks: list[str], vs: list[str], part: Column) -> list[dict]:

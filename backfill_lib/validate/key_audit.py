@@ -11,6 +11,7 @@ rows validation persisted once, without reading the staging table again.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -65,7 +66,7 @@ def _free_name(name: str, taken: Sequence[str]) -> str:
     return name
 
 
-def keys_outside(wanted: DataFrame, target: DataFrame, keys: Sequence[str], inside: str,
+def keys_outside(wanted: DataFrame | list[tuple], target: DataFrame, keys: Sequence[str], inside: str,
                  partition_keys: PartitionKeys, few: bool = False,
                  limit: int = LISTED_OUTSIDE) -> tuple[list[tuple[tuple, list]], int]:
     """The keys of ``wanted`` (its columns ``keys``; repeats allowed) that the target also holds in a row outside
@@ -77,11 +78,26 @@ def keys_outside(wanted: DataFrame, target: DataFrame, keys: Sequence[str], insi
     it is false or NULL is outside. Keys match null-safely, as the key audit groups them and patch's MERGE joins.
     One semi-join of ``wanted`` against the target's rows outside, reading only the key and partition columns of
     the target; ``few`` broadcasts ``wanted`` to that scan (no shuffle of the target's rows). A second job counts
-    the keys when more than ``limit`` are found."""
+    the keys when more than ``limit`` are found.
+
+    ``wanted`` may instead be the keys themselves, tuples of Python values of the keys' types (integers,
+    decimals, strings, booleans, dates; ``None`` for NULL). Up to :data:`LITERAL_KEYS` of them filter the target's
+    scan as literals (Delta skips the files whose key statistics exclude them): one Spark job, no join, the
+    rows found grouped here.
+    """
     quoted = [quote_ident(k) for k in keys]
     p = _free_name("_p", keys)
     outside = (target.where(~F.coalesce(F.expr(inside), F.lit(False)))
-               .select(*[F.col(k) for k in quoted], partition_keys.expr().alias(p)).alias("o"))
+               .select(*[F.col(k) for k in quoted], partition_keys.expr().alias(p)))
+    if isinstance(wanted, list):
+        if not wanted:
+            return [], 0
+        found = _literal_lookup(outside, wanted, quoted, p) if len(set(wanted)) <= LITERAL_KEYS else None
+        if found is not None:
+            return _listed(found, partition_keys, limit)
+        schema = target.select(*quoted).schema
+        wanted = target.sparkSession.createDataFrame(sorted(set(wanted), key=_order), schema)
+    outside = outside.alias("o")
     wanted = wanted.select(*[F.col(k) for k in quoted])
     wanted = (F.broadcast(wanted) if few else wanted.distinct()).alias("s")
     on = [F.col(f"o.{k}").eqNullSafe(F.col(f"s.{k}")) for k in quoted]
@@ -96,6 +112,48 @@ def keys_outside(wanted: DataFrame, target: DataFrame, keys: Sequence[str], insi
         parts = [partition_keys.key(v) for v in r[len(keys)]] + ([None] if r[len(keys) + 1] else [])
         listed.append((tuple(r[:len(keys)]), parts))
     return listed, total
+
+
+#: up to how many keys known in the driver :func:`keys_outside` looks for as literals in the target's scan
+LITERAL_KEYS = 1_000
+#: up to how many target rows outside the range a literal lookup collects (more: looked for by a join instead)
+LITERAL_ROWS = 10_000
+
+
+def _order(key: tuple) -> tuple:
+    """A key's sort order as Spark's ``asc_nulls_first`` orders it (``None`` first, then by value)."""
+    return tuple((v is not None, v) for v in key)
+
+
+def _literal_lookup(outside: DataFrame, wanted: list[tuple], quoted: list[str],
+                    p: str) -> dict[tuple, set] | None:
+    """The partitions (raw values of column ``p``) of ``outside``'s rows whose keys are among ``wanted``, by key;
+    ``None`` when more than :data:`LITERAL_ROWS` rows match."""
+    def match(key: tuple):
+        return reduce(lambda a, b: a & b, [F.col(k).eqNullSafe(F.lit(v)) for k, v in zip(quoted, key)])
+
+    distinct = set(wanted)
+    if len(quoted) == 1 and None not in {k[0] for k in distinct}:
+        predicate = F.col(quoted[0]).isin([k[0] for k in sorted(distinct, key=_order)])
+    else:
+        predicate = reduce(lambda a, b: a | b, [match(k) for k in sorted(distinct, key=_order)])
+    rows = outside.where(predicate).limit(LITERAL_ROWS + 1).collect()
+    if len(rows) > LITERAL_ROWS:
+        return None
+    found: dict[tuple, set] = {}
+    for r in rows:
+        found.setdefault(tuple(r[:len(quoted)]), set()).add(r[len(quoted)])
+    return found
+
+
+def _listed(found: dict[tuple, set], partition_keys: PartitionKeys, limit: int) -> tuple[list[tuple[tuple, list]], int]:
+    """:func:`keys_outside`'s result from the partitions found per key."""
+    listed = []
+    for key in sorted(found, key=_order)[:limit]:
+        parts = found[key]
+        listed.append((key, [partition_keys.key(v) for v in sorted(v for v in parts if v is not None)]
+                       + ([None] if None in parts else [])))
+    return listed, len(found)
 
 
 def named_key(keys: Sequence[str], key: tuple) -> str:

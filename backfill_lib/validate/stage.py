@@ -258,10 +258,10 @@ class Validate:
         return constraint_checks(staged, applicable(constraints, plan.strategy, plan.request.keys),
                                  plan.partition_keys, plan.staging_table, generated)
 
-    def _keys_outside(self, plan: BackfillPlan, target: DataFrame, inserted: DataFrame,
+    def _keys_outside(self, plan: BackfillPlan, target: DataFrame, inserted: DataFrame | list[tuple],
                       count: int) -> KeysOutsideRangeError | None:
         """The refusal of a run whose inserted key (``inserted``: the diff's keys staged where the target did not
-        hold them, ``count`` rows) lives in ``target`` (the target at the planned version) outside the range, within the
+        hold them, as a DataFrame or as Python values, ``count`` rows) lives in ``target`` (the target at the planned version) outside the range, within the
         slice ``target.where`` selects when the request has one (publishing writes only the range, so the table
         would hold that key twice), or ``None``: a :class:`KeysOutsideRangeError` naming up to
         :data:`~backfill_lib.validate.key_audit.LISTED_OUTSIDE` keys (``order_id=77``) and the partitions outside
@@ -318,7 +318,7 @@ class Validate:
                               <= {k.lower() for k in plan.request.keys})
         found: list[KeysOutsideRangeError | None] = [None]
 
-        def outside(keys: DataFrame, count: int) -> None:
+        def outside(keys: DataFrame | list[tuple], count: int) -> None:
             found[0] = self._keys_outside(plan, everything, keys, count)
 
         shared = [quote_ident(c) for c in shared]

@@ -10,7 +10,9 @@ from chispa import assert_df_equality
 from backfill_lib.adapters.delta_log import current_version
 from backfill_lib.cli import main
 from backfill_lib.core.errors import KeysOutsideRangeError
+from backfill_lib.core.partition_keys import keys_of
 from backfill_lib.runner import prepare
+from backfill_lib.validate import key_audit
 from tests.conftest import quiet_runner, write_request
 
 M20, M21, J1, J2, J3, J5 = (date(2024, 5, 20), date(2024, 5, 21), date(2024, 6, 1), date(2024, 6, 2),
@@ -120,3 +122,24 @@ def test_a_key_rewritten_in_place_is_not_looked_for_outside(spark, settings, db,
         run(spark, settings, request(tmp_path, db, "recompute"))
     assert ": 1 staged key (order_id) lives in the target outside the run's range [2024-06-01, 2024-06-04) too: " \
            "order_id=78 in partition 2024-05-21; publishing" in str(err.value)
+
+
+@pytest.mark.parametrize("literal_keys, literal_rows", [(1_000, 10_000), (1, 10_000), (1_000, 1)])
+def test_keys_known_in_the_driver_are_looked_for_as_literals_and_found_as_a_join_finds_them(spark, monkeypatch,
+                                                                                            literal_keys, literal_rows):
+    # (order_id, line) with a NULL part; rows outside the range [J1, J3] on two days and on a NULL day.
+    # Limits of 1 key or 1 row send the lookup back to the join (from a DataFrame made of the keys).
+    monkeypatch.setattr(key_audit, "LITERAL_KEYS", literal_keys)
+    monkeypatch.setattr(key_audit, "LITERAL_ROWS", literal_rows)
+    target = spark.createDataFrame(
+        [(7, None, M20), (7, None, J5), (7, 1, M21), (8, 2, None), (9, 3, M20), (5, 5, J2)],
+        "order_id INT, line INT, dt DATE")
+    inside = f"dt >= DATE'{J1}' AND dt <= DATE'{J3}'"
+    wanted = [(7, None), (8, 2), (5, 5), (7, None), (6, 6)]
+    as_join = key_audit.keys_outside(spark.createDataFrame(wanted, "order_id INT, line INT"), target,
+                                     ["order_id", "line"], inside, keys_of("dt"), few=True)
+    as_literals = key_audit.keys_outside(wanted, target, ["order_id", "line"], inside, keys_of("dt"))
+    # (5, 5) lives inside only; (6, 6) nowhere; (7, 1) is another key than (7, NULL)
+    assert as_literals == as_join == ([((7, None), ["2024-05-20", "2024-06-05"]), ((8, 2), [None])], 2)
+    assert key_audit.keys_outside(wanted, target, ["order_id", "line"], inside, keys_of("dt"), limit=1) == (
+        [((7, None), ["2024-05-20", "2024-06-05"])], 2)
