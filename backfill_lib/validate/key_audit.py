@@ -11,9 +11,10 @@ rows validation persisted once, without reading the staging table again.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import date
 from functools import reduce
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from backfill_lib.core.checks import Check
@@ -81,9 +82,10 @@ def keys_outside(wanted: DataFrame | list[tuple], target: DataFrame, keys: Seque
     the keys when more than ``limit`` are found.
 
     ``wanted`` may instead be the keys themselves, tuples of Python values of the keys' types (integers,
-    decimals, strings, booleans, dates; ``None`` for NULL). Up to :data:`LITERAL_KEYS` of them filter the target's
-    scan as literals (Delta skips the files whose key statistics exclude them): one Spark job, no join, the
-    rows found grouped here.
+    decimals, strings, booleans, dates; ``None`` for NULL). Up to :data:`LITERAL_KEYS` values of a one-column key
+    (:data:`LITERAL_TUPLES` keys of several columns) filter the target's scan as literals (Delta skips the files
+    whose key statistics exclude them): one Spark job, no join, the rows found grouped here. More keys, or more
+    than :data:`LITERAL_ROWS` rows found, go through the join, from a DataFrame made of the keys.
     """
     quoted = [quote_ident(k) for k in keys]
     p = _free_name("_p", keys)
@@ -92,7 +94,7 @@ def keys_outside(wanted: DataFrame | list[tuple], target: DataFrame, keys: Seque
     if isinstance(wanted, list):
         if not wanted:
             return [], 0
-        found = _literal_lookup(outside, wanted, quoted, p) if len(set(wanted)) <= LITERAL_KEYS else None
+        found = _literal_lookup(outside, wanted, quoted, p)
         if found is not None:
             return _listed(found, partition_keys, limit)
         schema = target.select(*quoted).schema
@@ -114,8 +116,10 @@ def keys_outside(wanted: DataFrame | list[tuple], target: DataFrame, keys: Seque
     return listed, total
 
 
-#: up to how many keys known in the driver :func:`keys_outside` looks for as literals in the target's scan
+#: up to how many keys known in the driver :func:`keys_outside` looks for as literals in the target's scan: values
+#: of a key of one column (one ``IN`` list), and keys of several columns (an ``OR`` of their equalities)
 LITERAL_KEYS = 1_000
+LITERAL_TUPLES = 32
 #: up to how many target rows outside the range a literal lookup collects (more: looked for by a join instead)
 LITERAL_ROWS = 10_000
 
@@ -125,18 +129,38 @@ def _order(key: tuple) -> tuple:
     return tuple((v is not None, v) for v in key)
 
 
+def _literal(value: object) -> Column:
+    """A Spark literal of a key's Python value; a date through its ISO text, as PySpark's own conversion of a
+    ``date`` goes through the Julian calendar (1582-10-10 would become 1582-10-20) and refuses years below 1000."""
+    return F.lit(value.isoformat()).cast("date") if type(value) is date else F.lit(value)
+
+
+def _any(conditions: list[Column]) -> Column:
+    """``conditions`` OR-ed as a balanced tree: a chain of hundreds overflows the JVM's stack in Spark's rules."""
+    if len(conditions) == 1:
+        return conditions[0]
+    middle = len(conditions) // 2
+    return _any(conditions[:middle]) | _any(conditions[middle:])
+
+
 def _literal_lookup(outside: DataFrame, wanted: list[tuple], quoted: list[str],
                     p: str) -> dict[tuple, set] | None:
     """The partitions (raw values of column ``p``) of ``outside``'s rows whose keys are among ``wanted``, by key;
-    ``None`` when more than :data:`LITERAL_ROWS` rows match."""
-    def match(key: tuple):
-        return reduce(lambda a, b: a & b, [F.col(k).eqNullSafe(F.lit(v)) for k, v in zip(quoted, key)])
-
-    distinct = set(wanted)
-    if len(quoted) == 1 and None not in {k[0] for k in distinct}:
-        predicate = F.col(quoted[0]).isin([k[0] for k in sorted(distinct, key=_order)])
+    ``None`` when more than :data:`LITERAL_ROWS` rows match, or when ``wanted`` holds more keys than a literal
+    filter takes: :data:`LITERAL_KEYS` values of one key column, :data:`LITERAL_TUPLES` of several."""
+    distinct = sorted(set(wanted), key=_order)
+    if len(quoted) == 1:
+        if len(distinct) > LITERAL_KEYS:
+            return None
+        values = [k[0] for k in distinct if k[0] is not None]
+        predicate = F.col(quoted[0]).isin([_literal(v) for v in values]) if values else F.lit(False)
+        if len(values) < len(distinct):  # a NULL key matches a NULL key
+            predicate = predicate | F.col(quoted[0]).isNull()
     else:
-        predicate = reduce(lambda a, b: a | b, [match(k) for k in sorted(distinct, key=_order)])
+        if len(distinct) > LITERAL_TUPLES:
+            return None
+        predicate = _any([reduce(lambda a, b: a & b, [F.col(k).eqNullSafe(_literal(v)) for k, v in zip(quoted, key)])
+                          for key in distinct])
     rows = outside.where(predicate).limit(LITERAL_ROWS + 1).collect()
     if len(rows) > LITERAL_ROWS:
         return None

@@ -143,3 +143,28 @@ def test_keys_known_in_the_driver_are_looked_for_as_literals_and_found_as_a_join
     assert as_literals == as_join == ([((7, None), ["2024-05-20", "2024-06-05"]), ((8, 2), [None])], 2)
     assert key_audit.keys_outside(wanted, target, ["order_id", "line"], inside, keys_of("dt"), limit=1) == (
         [((7, None), ["2024-05-20", "2024-06-05"])], 2)
+
+
+@pytest.mark.parametrize("one_column", [True, False])
+def test_date_keys_of_any_year_are_looked_for_as_the_dates_they_are(spark, one_column):
+    # 1582-10-10 is a day of the proleptic Gregorian calendar Spark uses (PySpark's own date literal would move it
+    # ten days, onto 1582-10-20); 0001-01-01 is a common placeholder (PySpark's literal refuses its year)
+    keys = ["k"] if one_column else ["id", "k"]
+    schema = "k DATE, dt DATE" if one_column else "id INT, k DATE, dt DATE"
+    rows = [(date(1582, 10, 20), M20), (date(1, 1, 1), M21), (date(2020, 1, 1), J5)]
+    target = spark.createDataFrame(rows if one_column else [(1, *r) for r in rows], schema)
+    wanted = [(date(1582, 10, 10),), (date(1, 1, 1),), (date(2020, 1, 1),)]
+    wanted = wanted if one_column else [(1, *k) for k in wanted]
+    found = key_audit.keys_outside(wanted, target, keys, f"dt >= DATE'{J1}' AND dt <= DATE'{J3}'", keys_of("dt"))
+    first = (lambda k: (k,)) if one_column else (lambda k: (1, k))
+    assert found == ([(first(date(1, 1, 1)), ["2024-05-21"]), (first(date(2020, 1, 1)), ["2024-06-05"])], 2)
+
+
+def test_more_keys_of_several_columns_than_a_literal_filter_takes_are_joined(spark):
+    # 40 keys (id, line) > LITERAL_TUPLES: the join finds the same 40 outside, and not (i, 1) of another line
+    target = spark.createDataFrame([(i, 0, M20) for i in range(40)] + [(i, 1, J5) for i in range(40, 45)],
+                                   "id INT, line INT, dt DATE")
+    wanted = [(i, 0) for i in range(45)]
+    listed, total = key_audit.keys_outside(wanted, target, ["id", "line"], f"dt >= DATE'{J1}' AND dt <= DATE'{J3}'",
+                                           keys_of("dt"))
+    assert (total, listed[0], listed[-1]) == (40, ((0, 0), ["2024-05-20"]), ((4, 0), ["2024-05-20"]))
