@@ -284,6 +284,11 @@ def partition_rows(plan_json: dict, rows: dict[str, int | None], diffs: dict[str
     return tuple(out)
 
 
+def planned_partitions_of(run: dict) -> int | None:
+    """How many partitions the plan of ``run`` (a ledger record with its ``plan_json``) covers, or ``None``."""
+    return json.loads(run.get("plan_json") or "{}").get("partitions")
+
+
 def staging_mode_of(run: dict) -> Literal["durable", "pinned"]:
     """Where ``run`` (a ledger record with its ``plan_json``) staged its rows: ``durable`` or ``pinned``; a run
     recorded before pinned staging existed, or with no plan, staged durably."""
@@ -383,7 +388,10 @@ class RunDetail(_Model):
     rollback_until: str | None
     approved_by: str | None
     message: str | None
-    partitions: list[PartitionStatus]
+    planned_partitions: int | None = Field(
+        description="How many partitions the run's plan covers; null for a run recorded without its plan.")
+    partitions: list[PartitionStatus] = Field(
+        description="The partitions the run has recorded a step for so far, each with its latest step.")
 
 
 class StatusDocument(_Document):

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from backfill_lib.ledger import Ledger
 from backfill_lib.report.documents import (PartitionStatus, RunDetail, RunListItem, StatusDocument, Versions,
-                                          staging_mode_of, utc_text)
+                                          planned_partitions_of, staging_mode_of, utc_text)
 from backfill_lib.run.cleanup import staging_kept
 
 
@@ -61,7 +61,7 @@ def status_document(source: StatusSource, run_id: str | None) -> StatusDocument:
         versions=Versions(target_seen=r["target_version_seen"], pre_publish=r["pre_publish_version"],
                           published=r["published_version"]),
         rollback_until=utc_text(r.get("rollback_until")), approved_by=r.get("approved_by"), message=r["message"],
-        partitions=[PartitionStatus(partition=p["partition"], batch=p["batch"], status=p["status"], rows=p["rows"],
+        planned_partitions=planned_partitions_of(r), partitions=[PartitionStatus(partition=p["partition"], batch=p["batch"], status=p["status"], rows=p["rows"],
                                     attempt=p["attempt"], started_at=utc_text(p["started_at"]),
                                     ended_at=utc_text(p["ended_at"]), message=p["message"])
                     for p in source.partitions(run_id)]))

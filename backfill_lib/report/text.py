@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from backfill_lib.core.settings import Settings
+from backfill_lib.report.documents import planned_partitions_of
 
 #: A run's statuses while its process works (or after it stopped without recording an end).
 UNDER_WAY = ("planned", "staging", "validating", "publishing")
@@ -111,6 +112,11 @@ def print_status(console: Console, run_id: str | None, shown) -> None:
         console.print("rollback under way (finish it with `backfill rollback RUN_ID` or `backfill resume RUN_ID`): "
                       + ", ".join(f"{t['table']} to version {t['restore_to']}" for t in planned), highlight=False,
                       soft_wrap=True)
+    planned, started = planned_partitions_of(run_), len(shown.partitions)
+    if planned is not None:
+        console.print(f"partitions: {planned} planned, "
+                      + ("all started (below)" if started >= planned else
+                         f"{started} started (below), {planned - started} not started"), highlight=False)
     table = Table(title="Partitions", title_justify="left")
     for col in ("partition", "batch", "status", "rows", "attempt", "started (UTC)", "ended (UTC)", "message"):
         table.add_column(col)

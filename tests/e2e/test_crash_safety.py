@@ -216,6 +216,9 @@ def test_status_from_a_second_terminal_answers_while_a_run_holds_the_home(story)
     assert re.search(r"^run term_me: (planned|staging) ", one.stdout, re.M), one.stdout
     assert re.search(r"^(planned|staging): running, or stopped \(.*\); `backfill resume term_me` finishes a stopped run",
                      one.stdout, re.M), one.stdout
+    # three partitions planned; those with no step yet are counted as not started
+    started = re.search(r"^partitions: 3 planned, (all started|(\d) started \(below\), (\d) not started)", one.stdout, re.M)
+    assert started and (started.group(1) == "all started" or int(started.group(2)) + int(started.group(3)) == 3), one.stdout
     runs = {r["run_id"]: r["status"] for r in json.loads(document.stdout)["runs"]}
     assert runs["term_me"] in ("planned", "staging") and runs[run_id] == "rolled_back"
 

@@ -49,10 +49,13 @@ def test_a_pinned_recompute_publishes_the_validated_rows_in_one_commit_and_write
     assert "staged rows pinned in the run's Spark session" in report
     console = Console(record=True, width=400)
     print_status(console, plan.run_id, api.status(plan.run_id, settings=settings, spark=spark))
+    shown = console.export_text()
     assert (f"published {before + 1}; staging pinned in the run's Spark session (no staging table; a stopped run "
-            "resumes by recomputing)") in console.export_text()
+            "resumes by recomputing)") in shown
+    assert "\npartitions: 2 planned, all started (below)\n" in shown
     document = api.status_document(plan.run_id, settings=settings, spark=spark).run
     assert (document.staging, document.staging_table, document.staging_kept) == ("pinned", None, False)
+    assert (document.planned_partitions, [p.partition for p in document.partitions]) == (2, ["2024-03-09", "2024-03-10"])
     summary = json.loads((settings.runs_dir / plan.run_id / "summary.json").read_text())
     assert (summary["staging"], summary["staging_table"]) == ("pinned", None)  # also what `run --json` prints
 
