@@ -171,6 +171,7 @@ def run(
             result = backfills.execute(the_plan, state, until=until, on_durable=_announce_run_id)
     except GateFailedError as exc:
         text.print_failures(err_console, exc.failures)
+        text.print_report_path(err_console, settings, the_plan.run_id)
         raise
     if json_:
         _State.document = backfills.document(result)
@@ -225,6 +226,7 @@ def resume(
             result = backfills.resume(run_id, until=until)
     except GateFailedError as exc:
         text.print_failures(err_console, exc.failures)
+        text.print_report_path(err_console, settings, run_id)
         raise
     text.print_result(console, settings, result)
 

@@ -18,12 +18,17 @@ from backfill_lib.report.documents import planned_partitions_of
 UNDER_WAY = ("planned", "staging", "validating", "publishing")
 
 
+def print_report_path(console: Console, settings: Settings, run_id: str) -> None:
+    """``report: PATH`` of run ``run_id``'s HTML report, when it was written."""
+    report_html = settings.runs_dir / run_id / "report.html"
+    if report_html.exists():
+        console.print(f"report: {report_html}", highlight=False)
+
+
 def print_result(console: Console, settings: Settings, result) -> None:
     """The lines ``run``, ``resume`` and ``publish`` end with: what the run did, and its marts."""
     the_plan = result.plan
-    report_html = settings.runs_dir / the_plan.run_id / "report.html"
-    if report_html.exists():
-        console.print(f"report: {report_html}", highlight=False)
+    print_report_path(console, settings, the_plan.run_id)
     staged = sum(v or 0 for v in result.rows.values())
     if result.status == "nothing_selected":
         from backfill_lib.plan.selection import empty_selection_message

@@ -2,6 +2,7 @@
 NOT NULL constraints are evaluated on the staged rows during validation. (Item 9, dotted and spaced column names
 end to end: tests/e2e/test_column_names.py, with this module's helpers.)"""
 
+import re
 from datetime import date
 
 import pytest
@@ -78,7 +79,10 @@ def test_recompute_with_a_duplicate_key_fails_the_gate_naming_the_key(spark, set
     assert current_version(spark, f"{db}.orders") == before
 
     assert main(["run", str(path)]) == 3  # through the CLI: exit 3, one line naming the key
-    err_line = capsys.readouterr().err.strip().splitlines()[-1]
+    err = capsys.readouterr().err
+    # the report of the failed run is named, before the error's line
+    assert re.search(rf"^report: {re.escape(str(settings.runs_dir))}/bf_\S+/report\.html$", err, re.M), err
+    err_line = err.strip().splitlines()[-1]
     assert "key keys_unique(order_id, line) failed on the range: duplicate keys (order_id, line)" in err_line
     assert err_line.endswith(": (7, 2) 2 times")
     assert current_version(spark, f"{db}.orders") == before
