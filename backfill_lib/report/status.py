@@ -61,7 +61,8 @@ def status_document(source: StatusSource, run_id: str | None) -> StatusDocument:
         versions=Versions(target_seen=r["target_version_seen"], pre_publish=r["pre_publish_version"],
                           published=r["published_version"]),
         rollback_until=utc_text(r.get("rollback_until")), approved_by=r.get("approved_by"), message=r["message"],
-        planned_partitions=planned_partitions_of(r), partitions=[PartitionStatus(partition=p["partition"], batch=p["batch"], status=p["status"], rows=p["rows"],
+        planned_partitions=planned_partitions_of(r),
+        partitions=[PartitionStatus(partition=p["partition"], batch=p["batch"], status=p["status"], rows=p["rows"],
                                     attempt=p["attempt"], started_at=utc_text(p["started_at"]),
                                     ended_at=utc_text(p["ended_at"]), message=p["message"])
                     for p in source.partitions(run_id)]))

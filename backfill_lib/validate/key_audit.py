@@ -97,8 +97,11 @@ def keys_outside(wanted: DataFrame | list[tuple], target: DataFrame, keys: Seque
         found = _literal_lookup(outside, wanted, quoted, p)
         if found is not None:
             return _listed(found, partition_keys, limit)
-        schema = target.select(*quoted).schema
-        wanted = target.sparkSession.createDataFrame(sorted(set(wanted), key=_order), schema)
+        # as rows of literals, so each column takes the type its values' literals widen to (as the diff's union
+        # widened the sides' types), not the target's: a staged 1.234 is not the target's DECIMAL(10,2) 1.23
+        rows = F.array(*[F.struct(*[_literal(v).alias(f"c{i}") for i, v in enumerate(key)])
+                         for key in sorted(set(wanted), key=_order)])
+        wanted = target.sparkSession.range(1).select(F.inline(rows)).toDF(*keys)
     outside = outside.alias("o")
     wanted = wanted.select(*[F.col(k) for k in quoted])
     wanted = (F.broadcast(wanted) if few else wanted.distinct()).alias("s")

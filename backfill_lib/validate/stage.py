@@ -261,9 +261,9 @@ class Validate:
     def _keys_outside(self, plan: BackfillPlan, target: DataFrame, inserted: DataFrame | list[tuple],
                       count: int) -> KeysOutsideRangeError | None:
         """The refusal of a run whose inserted key (``inserted``: the diff's keys staged where the target did not
-        hold them, as a DataFrame or as Python values, ``count`` rows) lives in ``target`` (the target at the planned version) outside the range, within the
-        slice ``target.where`` selects when the request has one (publishing writes only the range, so the table
-        would hold that key twice), or ``None``: a :class:`KeysOutsideRangeError` naming up to
+        hold them, as a DataFrame or as Python values, ``count`` rows) lives in ``target`` (the target at the
+        planned version) outside the range, within the slice ``target.where`` selects when the request has one
+        (publishing writes only the range, so the table would hold that key twice), or ``None``: a :class:`KeysOutsideRangeError` naming up to
         :data:`~backfill_lib.validate.key_audit.LISTED_OUTSIDE` keys (``order_id=77``) and the partitions outside
         the range where each lives, and how many keys in all.
 

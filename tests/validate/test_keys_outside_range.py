@@ -3,6 +3,7 @@ corrected row moves into the range) is refused before publishing, exit 2, naming
 publishing writes only the range, so it would leave the key twice."""
 
 from datetime import date
+from decimal import Decimal
 
 import pytest
 from chispa import assert_df_equality
@@ -129,7 +130,7 @@ def test_keys_known_in_the_driver_are_looked_for_as_literals_and_found_as_a_join
                                                                                             literal_keys, literal_rows):
     # (order_id, line) with a NULL part; rows outside the range [J1, J3] on two days and on a NULL day.
     # Limits of 1 key or 1 row send the lookup back to the join (from a DataFrame made of the keys).
-    monkeypatch.setattr(key_audit, "LITERAL_KEYS", literal_keys)
+    monkeypatch.setattr(key_audit, "LITERAL_TUPLES", literal_keys)
     monkeypatch.setattr(key_audit, "LITERAL_ROWS", literal_rows)
     target = spark.createDataFrame(
         [(7, None, M20), (7, None, J5), (7, 1, M21), (8, 2, None), (9, 3, M20), (5, 5, J2)],
@@ -168,3 +169,14 @@ def test_more_keys_of_several_columns_than_a_literal_filter_takes_are_joined(spa
     listed, total = key_audit.keys_outside(wanted, target, ["id", "line"], f"dt >= DATE'{J1}' AND dt <= DATE'{J3}'",
                                            keys_of("dt"))
     assert (total, listed[0], listed[-1]) == (40, ((0, 0), ["2024-05-20"]), ((4, 0), ["2024-05-20"]))
+
+
+@pytest.mark.parametrize("literal_keys", [1_000, 0])
+def test_keys_are_compared_in_their_own_type_not_the_targets(spark, monkeypatch, literal_keys):
+    # a staged 1.234 is not the target's DECIMAL(10,2) 1.23, by literal or by the join (0: every key joined)
+    monkeypatch.setattr(key_audit, "LITERAL_KEYS", literal_keys)
+    target = spark.createDataFrame([(Decimal("1.23"), M20), (Decimal("2.50"), M21)], "k DECIMAL(10,2), dt DATE")
+    wanted = [(Decimal("1.234"),), (Decimal("2.5"),), (None,)]
+    found = key_audit.keys_outside(wanted, target, ["k"], f"dt >= DATE'{J1}' AND dt <= DATE'{J3}'", keys_of("dt"),
+                                   few=True)
+    assert found == ([((Decimal("2.50"),), ["2024-05-21"])], 1)
