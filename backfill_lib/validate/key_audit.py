@@ -84,8 +84,9 @@ def keys_outside(wanted: DataFrame | list[tuple], target: DataFrame, keys: Seque
     ``wanted`` may instead be the keys themselves, tuples of Python values of the keys' types (integers,
     decimals, strings, booleans, dates; ``None`` for NULL). Up to :data:`LITERAL_KEYS` values of a one-column key
     (:data:`LITERAL_TUPLES` keys of several columns) filter the target's scan as literals (Delta skips the files
-    whose key statistics exclude them): one Spark job, no join, the rows found grouped here. More keys, or more
-    than :data:`LITERAL_ROWS` rows found, go through the join, from a DataFrame made of the keys.
+    whose key statistics exclude them): one Spark job, no join, the rows found grouped here. More keys, a date
+    before :data:`GREGORIAN_START`, or more than :data:`LITERAL_ROWS` rows found, go through the join, from a
+    DataFrame made of the keys.
     """
     quoted = [quote_ident(k) for k in keys]
     p = _free_name("_p", keys)
@@ -123,6 +124,8 @@ def keys_outside(wanted: DataFrame | list[tuple], target: DataFrame, keys: Seque
 #: of a key of one column (one ``IN`` list), and keys of several columns (an ``OR`` of their equalities)
 LITERAL_KEYS = 1_000
 LITERAL_TUPLES = 32
+#: the first day of the Gregorian calendar: dates before it are looked for by the join, not as literals
+GREGORIAN_START = date(1582, 10, 15)
 #: up to how many target rows outside the range a literal lookup collects (more: looked for by a join instead)
 LITERAL_ROWS = 10_000
 
@@ -152,6 +155,8 @@ def _literal_lookup(outside: DataFrame, wanted: list[tuple], quoted: list[str],
     ``None`` when more than :data:`LITERAL_ROWS` rows match, or when ``wanted`` holds more keys than a literal
     filter takes: :data:`LITERAL_KEYS` values of one key column, :data:`LITERAL_TUPLES` of several."""
     distinct = sorted(set(wanted), key=_order)
+    if any(type(v) is date and v < GREGORIAN_START for key in distinct for v in key):
+        return None  # Spark's Parquet filter push-down misses dates of the hybrid calendar's gap (1582-10-10)
     if len(quoted) == 1:
         if len(distinct) > LITERAL_KEYS:
             return None
